@@ -1,0 +1,1 @@
+"""The streamsaver projector: rebuilds and verifies indexes by replaying the streams."""

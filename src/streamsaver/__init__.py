@@ -1,0 +1,30 @@
+"""streamsaver: an event-sourced LangGraph checkpointer on Redis Streams."""
+
+from ._base import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_PREFIX
+from ._codec import SCHEMA_VERSION
+from ._errors import (
+    CorruptIndexError,
+    InvalidConfigError,
+    InvalidInputError,
+    InvalidUsageError,
+    PayloadTooLargeError,
+    StreamSaverError,
+    UnsupportedServerError,
+)
+from .aio import AsyncRedisStreamSaver
+from .saver import RedisStreamSaver
+
+__all__ = [
+    "DEFAULT_MAX_PAYLOAD_BYTES",
+    "DEFAULT_PREFIX",
+    "SCHEMA_VERSION",
+    "AsyncRedisStreamSaver",
+    "CorruptIndexError",
+    "InvalidConfigError",
+    "InvalidInputError",
+    "InvalidUsageError",
+    "PayloadTooLargeError",
+    "RedisStreamSaver",
+    "StreamSaverError",
+    "UnsupportedServerError",
+]

@@ -1,0 +1,66 @@
+"""What both savers share, free of I/O: options, validation, versions, the operations core."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Collection
+from typing import Any
+
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from ._codec import Codec
+from ._errors import InvalidInputError
+from ._keys import validate_prefix
+from ._ops import Operations
+
+__all__ = ["DEFAULT_MAX_PAYLOAD_BYTES", "DEFAULT_PREFIX", "StreamSaverBase", "check_client"]
+
+DEFAULT_PREFIX = "streamsaver"
+DEFAULT_MAX_PAYLOAD_BYTES = 64 * 1024 * 1024
+
+
+def check_client(client: object, saver: str) -> None:
+    get_kwargs = getattr(client, "get_connection_kwargs", None)
+    if get_kwargs is not None and get_kwargs().get("decode_responses"):
+        raise InvalidInputError(
+            f"{saver} got a Redis client with decode_responses=True; checkpoints are binary, so "
+            f"create the client with decode_responses=False (the default)"
+        )
+
+
+class StreamSaverBase(BaseCheckpointSaver[str]):
+    def __init__(
+        self,
+        *,
+        prefix: str,
+        serde: SerializerProtocol | None,
+        max_payload_bytes: int,
+    ) -> None:
+        super().__init__(serde=serde)
+        if not isinstance(max_payload_bytes, int) or max_payload_bytes <= 0:
+            raise InvalidInputError(
+                f"max_payload_bytes={max_payload_bytes!r}: give a positive int of bytes"
+            )
+        self.prefix = validate_prefix(prefix)
+        self.max_payload_bytes = max_payload_bytes
+        self._ops = Operations(self.prefix, Codec(self.serde, max_payload_bytes))
+
+    def with_allowlist(self, extra_allowlist: Collection[tuple[str, ...]]) -> StreamSaverBase:
+        clone = super().with_allowlist(extra_allowlist)
+        if clone is not self:
+            # the clone has a new serde; its codec must use it
+            assert isinstance(clone, StreamSaverBase)
+            clone._ops = Operations(self.prefix, Codec(clone.serde, self.max_payload_bytes))
+        return clone
+
+    def get_next_version(self, current: Any, channel: None = None) -> str:
+        """``"<counter>.<random>"``: ordered by the zero-padded counter, and distinct between
+        two forks of one checkpoint, whose channel values must not share a version."""
+        if current is None:
+            counter = 0
+        elif isinstance(current, int):
+            counter = current
+        else:
+            counter = int(str(current).split(".", 1)[0])
+        return f"{counter + 1:010d}.{random.getrandbits(32):08x}"

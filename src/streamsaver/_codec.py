@@ -1,0 +1,211 @@
+"""Events as stream fields, and read replies back into LangGraph types. No I/O.
+
+The field layout is the public event format; docs/events.md describes it for consumers. What a
+Lua script must read (kind, ids, versions, metadata) sits in its own field, msgpack-encoded
+without ``bin`` values, because Redis's cmsgpack rejects them. Channel values and writes go
+through the saver's serde as ``msgpack([type, bytes])``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import ormsgpack
+from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    PendingWrite,
+    writes_sort_key,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from ._config import make_config
+from ._errors import InvalidInputError, PayloadTooLargeError
+
+__all__ = ["SCHEMA_VERSION", "Codec", "Field", "parse_version", "version_key"]
+
+SCHEMA_VERSION = 1
+Field = str | bytes
+_EMPTY = ormsgpack.packb(("empty", b""))
+_JSON_SCALARS = (str, int, float, bool, type(None))
+
+
+def version_key(version: object) -> str:
+    """A channel version as text, typed so that 1, 1.0 and "1" stay distinct."""
+    if isinstance(version, str):
+        return "s" + version
+    if isinstance(version, int) and not isinstance(version, bool):
+        return f"i{version}"
+    if isinstance(version, float):
+        return "f" + repr(version)
+    raise InvalidInputError(
+        f"channel version {version!r} is a {type(version).__name__}; versions must be str, "
+        f"int or float (what get_next_version returns)"
+    )
+
+
+def parse_version(key: str) -> str | int | float:
+    kind, text = key[0], key[1:]
+    if kind == "i":
+        return int(text)
+    if kind == "f":
+        return float(text)
+    return text
+
+
+def _check_metadata(value: object, path: str) -> None:
+    # Metadata is stored as plain msgpack so list(filter=...) can compare it inside Redis.
+    if isinstance(value, _JSON_SCALARS):
+        return
+    if isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            _check_metadata(item, f"{path}[{i}]")
+        return
+    if isinstance(value, Mapping):
+        for k, item in value.items():
+            if not isinstance(k, str):
+                raise InvalidInputError(f"metadata key {k!r} at {path} must be a string")
+            _check_metadata(item, f"{path}[{k!r}]")
+        return
+    raise InvalidInputError(
+        f"metadata value at {path} is a {type(value).__name__} ({value!r}); metadata holds "
+        f"JSON-like values (str, int, float, bool, None, lists, dicts) so it can be filtered; "
+        f"put other data in the graph state"
+    )
+
+
+def _pairs(flat: Sequence[Any]) -> list[tuple[Any, Any]]:
+    return list(zip(flat[::2], flat[1::2], strict=True))
+
+
+class Codec:
+    def __init__(self, serde: SerializerProtocol, max_payload_bytes: int) -> None:
+        self.serde = serde
+        self.max_payload_bytes = max_payload_bytes
+
+    def dump(self, value: Any) -> bytes:
+        return ormsgpack.packb(self.serde.dumps_typed(value))
+
+    def load(self, raw: bytes) -> Any:
+        type_, data = ormsgpack.unpackb(raw)
+        return self.serde.loads_typed((type_, data))
+
+    def _checked(self, fields: list[Field], what: str) -> list[Field]:
+        size = sum(len(f) for f in fields)
+        if size > self.max_payload_bytes:
+            raise PayloadTooLargeError(size, self.max_payload_bytes, what)
+        return fields
+
+    def checkpoint_event(
+        self,
+        thread_id: str,
+        checkpoint_ns: str,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+        parent_id: str | None,
+    ) -> list[Field]:
+        _check_metadata(metadata, "metadata")
+        values = checkpoint["channel_values"]
+        record = {
+            k: v for k, v in checkpoint.items() if k not in ("channel_values", "channel_versions")
+        }
+        cv: list[str] = []
+        for channel, version in checkpoint["channel_versions"].items():
+            cv += (channel, version_key(version))
+        nv: list[str] = []
+        blobs: list[Field] = []
+        for i, (channel, version) in enumerate(new_versions.items()):
+            nv += (channel, version_key(version))
+            blobs += (f"b{i}", self.dump(values[channel]) if channel in values else _EMPTY)
+        run_id = metadata.get("run_id")
+        fields: list[Field] = [
+            "k", "checkpoint",
+            "sv", str(SCHEMA_VERSION),
+            "thread", thread_id,
+            "ns", checkpoint_ns,
+            "id", checkpoint["id"],
+            "parent", parent_id or "",
+            "run", str(run_id) if run_id is not None else "",
+            "meta", ormsgpack.packb(metadata),
+            "cp", self.dump(record),
+            "cv", ormsgpack.packb(cv),
+            "nv", ormsgpack.packb(nv),
+            *blobs,
+        ]  # fmt: skip
+        return self._checked(fields, f"checkpoint {checkpoint['id']!r}")
+
+    def writes_event(
+        self,
+        thread_id: str,
+        checkpoint_ns: str,
+        checkpoint_id: str,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str,
+        run_id: str,
+    ) -> list[Field]:
+        wi: list[str | int] = []
+        values: list[Field] = []
+        for i, write in enumerate(writes):
+            if not (isinstance(write, (tuple, list)) and len(write) == 2):
+                raise InvalidInputError(
+                    f"writes[{i}] is {write!r}; each write is a (channel, value) pair"
+                )
+            channel, value = write
+            if not isinstance(channel, str):
+                raise InvalidInputError(
+                    f"writes[{i}] has channel {channel!r} ({type(channel).__name__}); "
+                    f"channel names are strings"
+                )
+            wi += (channel, WRITES_IDX_MAP.get(channel, i))
+            values += (f"w{i}", self.dump(value))
+        fields: list[Field] = [
+            "k", "writes",
+            "sv", str(SCHEMA_VERSION),
+            "thread", thread_id,
+            "ns", checkpoint_ns,
+            "id", checkpoint_id,
+            "task", task_id,
+            "path", task_path,
+            "run", run_id,
+            "wi", ormsgpack.packb(wi),
+            *values,
+        ]  # fmt: skip
+        return self._checked(fields, f"writes of task {task_id!r}")
+
+    def checkpoint_tuple(self, thread_id: str, reply: Sequence[Any]) -> CheckpointTuple:
+        """Decode read.lua's ``{event id, header, values, writes}``."""
+        _, header_flat, values_flat, writes_flat = reply
+        header = {k.decode(): v for k, v in _pairs(header_flat)}
+        ns = header["ns"].decode()
+        checkpoint_id = header["id"].decode()
+        parent_id = header["parent"].decode()
+        record = self.load(header["cp"])
+        cv = ormsgpack.unpackb(header["cv"])
+        record["channel_versions"] = {ch: parse_version(v) for ch, v in _pairs(cv)}
+        values: dict[str, Any] = {}
+        for channel, raw in _pairs(values_flat):
+            type_, data = ormsgpack.unpackb(raw)
+            if type_ != "empty":
+                values[channel.decode()] = self.serde.loads_typed((type_, data))
+        record["channel_values"] = values
+        rows = [
+            (path.decode(), task.decode(), int(idx), channel.decode(), raw)
+            for task, idx, path, channel, raw in zip(
+                *(writes_flat[i::5] for i in range(5)), strict=True
+            )
+        ]
+        rows.sort(key=lambda r: writes_sort_key(r[0], r[1], r[2]))
+        pending: list[PendingWrite] = [(task, ch, self.load(raw)) for _, task, _, ch, raw in rows]
+        return CheckpointTuple(
+            config=make_config(thread_id, ns, checkpoint_id),
+            checkpoint=record,
+            metadata=ormsgpack.unpackb(header["meta"]),
+            parent_config=make_config(thread_id, ns, parent_id) if parent_id else None,
+            pending_writes=pending,
+        )

@@ -1,0 +1,76 @@
+"""The exceptions streamsaver raises. Driver errors are translated here, at one boundary.
+
+StreamSaverError
+├── InvalidInputError (ValueError)      bad input; nothing was written
+│   ├── InvalidConfigError              a RunnableConfig without what the call needs
+│   └── PayloadTooLargeError            an event beyond ``max_payload_bytes``
+├── UnsupportedServerError              the Redis server lacks a needed feature
+├── CorruptIndexError                   an index points at an event the log no longer has
+└── InvalidUsageError (RuntimeError)    a call made where it cannot work (e.g. sync on the loop)
+"""
+
+from __future__ import annotations
+
+from redis.exceptions import ResponseError
+
+__all__ = [
+    "CorruptIndexError",
+    "InvalidConfigError",
+    "InvalidInputError",
+    "InvalidUsageError",
+    "PayloadTooLargeError",
+    "StreamSaverError",
+    "UnsupportedServerError",
+]
+
+
+class StreamSaverError(Exception):
+    """Base class of every error streamsaver raises on its own account."""
+
+
+class InvalidInputError(StreamSaverError, ValueError):
+    """An argument cannot be stored or used as given; nothing was written."""
+
+
+class InvalidConfigError(InvalidInputError):
+    """A ``RunnableConfig`` lacks what the call needs, or holds a value of the wrong type."""
+
+
+class PayloadTooLargeError(InvalidInputError):
+    """One event would exceed the saver's ``max_payload_bytes``."""
+
+    def __init__(self, size: int, limit: int, what: str) -> None:
+        super().__init__(
+            f"{what} encodes to {size} bytes, above max_payload_bytes={limit}; store large "
+            f"blobs elsewhere and keep a reference in the state, or raise max_payload_bytes "
+            f"when constructing the saver (Redis itself caps a value at 512 MB)"
+        )
+        self.size = size
+        self.limit = limit
+
+
+class UnsupportedServerError(StreamSaverError):
+    """The Redis server is too old, or lacks a feature the chosen options need."""
+
+
+class CorruptIndexError(StreamSaverError):
+    """A derived index points at a log entry that is gone. Rebuild the thread's indexes."""
+
+
+class InvalidUsageError(StreamSaverError, RuntimeError):
+    """A method was called where it cannot work, e.g. a sync call on the saver's event loop."""
+
+
+_CORRUPT = "STREAMSAVER_CORRUPT"
+
+
+def translate(exc: ResponseError) -> Exception:
+    """The error to raise for a server reply; unknown ones pass through unchanged."""
+    message = str(exc)
+    if _CORRUPT in message:
+        detail = message.split(_CORRUPT, 1)[1].strip()
+        return CorruptIndexError(
+            f"{detail}; run `streamsaver rebuild --thread <id>` (or saver.rebuild(thread_id)) "
+            f"to re-project the thread from its log"
+        )
+    return exc

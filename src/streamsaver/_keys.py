@@ -1,0 +1,64 @@
+"""The keyspace: every Redis key streamsaver uses is named here.
+
+A thread owns three keys, ``<prefix>:{<tag>}:log|ix|ptr``. They share the hash tag ``{<tag>}``,
+so every script touches a single Redis Cluster slot. The tag is the thread id percent-encoded
+(RFC 3986 unreserved characters stay as they are): it can hold no ``{``, ``}`` or ``:``, two
+thread ids never share a tag, and the thread id is recoverable from any key. Inside the keys,
+namespaces, channels and tasks are length-prefixed (``lp``), never escaped.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+from urllib.parse import quote, unquote
+
+from ._errors import InvalidInputError
+
+__all__ = ["ThreadKeys", "log_pattern", "lp", "thread_id_of", "thread_keys", "validate_prefix"]
+
+# quote("") is "", and an empty hash tag "{}" would hash the whole key instead of the tag,
+# splitting the thread across slots. quote() never emits a lone "%", so it is free for "".
+_EMPTY_TAG = "%"
+
+
+class ThreadKeys(NamedTuple):
+    log: str
+    ix: str
+    ptr: str
+
+
+def validate_prefix(prefix: object) -> str:
+    if not isinstance(prefix, str) or not prefix or any(c in prefix for c in "{}\r\n"):
+        raise InvalidInputError(
+            f"prefix={prefix!r} is not usable: give a non-empty string without '{{', '}}' or "
+            f"newlines, e.g. prefix='streamsaver'"
+        )
+    return prefix
+
+
+def _tag(thread_id: str) -> str:
+    return quote(thread_id, safe="") or _EMPTY_TAG
+
+
+def thread_keys(prefix: str, thread_id: str) -> ThreadKeys:
+    base = f"{prefix}:{{{_tag(thread_id)}}}:"
+    return ThreadKeys(base + "log", base + "ix", base + "ptr")
+
+
+def _escape_glob(text: str) -> str:
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
+
+
+def log_pattern(prefix: str) -> str:
+    """SCAN pattern for every thread log under ``prefix``; only the prefix reaches the glob."""
+    return _escape_glob(prefix) + ":{*}:log"
+
+
+def thread_id_of(prefix: str, log_key: str) -> str:
+    tag = log_key[len(prefix) + 2 : -len("}:log")]
+    return "" if tag == _EMPTY_TAG else unquote(tag)
+
+
+def lp(text: str) -> str:
+    """Length prefix, as the Lua scripts build it: byte length, ':', the text."""
+    return f"{len(text.encode())}:{text}"

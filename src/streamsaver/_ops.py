@@ -1,0 +1,360 @@
+"""Every saver operation, written once, as a generator of Redis operations.
+
+An operation yields ``Eval`` / ``Call`` / ``ScanLogs`` values and is sent back their replies; list
+operations also yield ``Emit`` items for the caller. The sync and async savers only drive these
+generators (``drive`` / ``adrive`` below), so key building, encoding, validation and decoding
+live here, free of I/O. A generator runs nothing until first driven, and validates before its
+first yield: bad input raises before anything reaches Redis.
+"""
+
+from __future__ import annotations
+
+import builtins
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import ormsgpack
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    get_serializable_checkpoint_metadata,
+)
+
+from ._codec import Codec, Field, _check_metadata
+from ._config import _configurable, make_config, target_of, thread_id_str
+from ._errors import InvalidConfigError, InvalidInputError, UnsupportedServerError
+from ._keys import ThreadKeys, log_pattern, lp, thread_id_of, thread_keys
+
+__all__ = [
+    "Call",
+    "Emit",
+    "Eval",
+    "Operations",
+    "ScanLogs",
+    "adrive",
+    "aiterate",
+    "drive",
+    "iterate",
+]
+
+T = TypeVar("T")
+MIN_SERVER = (6, 2)
+_PAGE = 100
+_COPY_BATCH = 200
+
+
+@dataclass(frozen=True, slots=True)
+class Eval:
+    """Run one of the scripts in ``_scripts.SOURCES``."""
+
+    script: str
+    keys: ThreadKeys
+    args: Sequence[Field | int]
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """Run one plain command."""
+
+    args: tuple[Field | int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ScanLogs:
+    """Every key matching ``pattern`` on every primary (SCAN, off the hot path)."""
+
+    pattern: str
+
+
+@dataclass(frozen=True, slots=True)
+class Emit:
+    item: CheckpointTuple
+
+
+Op = Eval | Call | ScanLogs
+Flow = Generator[Op, Any, T]
+ListFlow = Generator[Op | Emit, Any, None]
+
+
+def drive(flow: Flow[T], execute: Callable[[Op], Any]) -> T:
+    reply: Any = None
+    try:
+        while True:
+            reply = execute(flow.send(reply))
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+
+
+async def adrive(flow: Flow[T], execute: Callable[[Op], Awaitable[Any]]) -> T:
+    reply: Any = None
+    try:
+        while True:
+            reply = await execute(flow.send(reply))
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+
+
+def iterate(flow: ListFlow, execute: Callable[[Op], Any]) -> Iterator[CheckpointTuple]:
+    reply: Any = None
+    while True:
+        try:
+            step = flow.send(reply)
+        except StopIteration:
+            return
+        if isinstance(step, Emit):
+            yield step.item
+            reply = None
+        else:
+            reply = execute(step)
+
+
+async def aiterate(
+    flow: ListFlow, execute: Callable[[Op], Awaitable[Any]]
+) -> AsyncIterator[CheckpointTuple]:
+    reply: Any = None
+    while True:
+        try:
+            step = flow.send(reply)
+        except StopIteration:
+            return
+        if isinstance(step, Emit):
+            yield step.item
+            reply = None
+        else:
+            reply = await execute(step)
+
+
+def server_version(info: Any) -> tuple[int, ...]:
+    # A cluster client answers INFO per node; every node must qualify.
+    if "redis_version" not in info:
+        return min(server_version(node) for node in info.values())
+    return tuple(int(x) for x in re.findall(r"\d+", str(info["redis_version"]))[:3])
+
+
+class Operations:
+    """The I/O-free core shared by ``RedisStreamSaver`` and ``AsyncRedisStreamSaver``."""
+
+    def __init__(self, prefix: str, codec: Codec) -> None:
+        self.prefix = prefix
+        self.codec = codec
+
+    def keys(self, thread_id: str) -> ThreadKeys:
+        return thread_keys(self.prefix, thread_id)
+
+    def setup(self) -> Flow[tuple[int, ...]]:
+        version = server_version((yield Call(("INFO", "server"))))
+        if version < MIN_SERVER:
+            raise UnsupportedServerError(
+                f"Redis {'.'.join(map(str, version))} is too old: streamsaver needs Redis "
+                f">= {'.'.join(map(str, MIN_SERVER))} (XADD/XTRIM MINID, exclusive XRANGE); "
+                f"upgrade the server"
+            )
+        return version
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> Flow[RunnableConfig]:
+        target = target_of(config)
+        checkpoint_id = checkpoint.get("id") if isinstance(checkpoint, dict) else None
+        if not isinstance(checkpoint_id, str) or not checkpoint_id:
+            raise InvalidInputError(
+                f"checkpoint must be a Checkpoint dict with a non-empty string 'id', "
+                f"got {type(checkpoint).__name__} with id {checkpoint_id!r}"
+            )
+        fields = self.codec.checkpoint_event(
+            target.thread_id,
+            target.checkpoint_ns,
+            checkpoint,
+            get_serializable_checkpoint_metadata(config, metadata),
+            new_versions,
+            target.checkpoint_id,
+        )
+        yield Eval("append", self.keys(target.thread_id), fields)
+        return make_config(target.thread_id, target.checkpoint_ns, checkpoint_id)
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str,
+    ) -> Flow[None]:
+        target = target_of(config)
+        if target.checkpoint_id is None:
+            raise InvalidConfigError(
+                "put_writes needs config['configurable']['checkpoint_id']: writes belong to a "
+                "checkpoint, so put a checkpoint first and pass the config put() returned"
+            )
+        if not isinstance(task_id, str) or not isinstance(task_path, str):
+            raise InvalidInputError(
+                f"task_id and task_path must be strings, got {task_id!r} and {task_path!r}"
+            )
+        run_id = (config.get("metadata") or {}).get("run_id")
+        fields = self.codec.writes_event(
+            target.thread_id,
+            target.checkpoint_ns,
+            target.checkpoint_id,
+            writes,
+            task_id,
+            task_path,
+            str(run_id) if run_id is not None else "",
+        )
+        yield Eval("append", self.keys(target.thread_id), fields)
+
+    def get_tuple(self, config: RunnableConfig) -> Flow[CheckpointTuple | None]:
+        target = target_of(config)
+        reply = yield Eval(
+            "get",
+            self.keys(target.thread_id),
+            (lp(target.checkpoint_ns), target.checkpoint_id or ""),
+        )
+        return self.codec.checkpoint_tuple(target.thread_id, reply) if reply else None
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> ListFlow:
+        if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool)):
+            raise InvalidInputError(f"limit must be an int or None, got {limit!r}")
+        match, nulls = _filter_args(filter)
+        before_id = target_of(before).checkpoint_id if before is not None else None
+        if config is None:
+            threads = sorted(
+                thread_id_of(self.prefix, key.decode() if isinstance(key, bytes) else key)
+                for key in (yield ScanLogs(log_pattern(self.prefix)))
+            )
+            ns: str | None = None
+            exact = None
+        else:
+            target = target_of(config)
+            threads = [target.thread_id]
+            ns = _configurable(config).get("checkpoint_ns")
+            exact = target.checkpoint_id
+        remaining = limit
+        for thread_id in threads:
+            cursor = ""
+            while remaining is None or remaining > 0:
+                page = _PAGE if remaining is None else min(_PAGE, remaining)
+                reply = yield Eval(
+                    "list",
+                    self.keys(thread_id),
+                    (
+                        "" if ns is None else lp(ns),
+                        exact or "",
+                        before_id or "",
+                        page,
+                        cursor,
+                        match,
+                        nulls,
+                    ),
+                )
+                for item in reply[1:]:
+                    yield Emit(self.codec.checkpoint_tuple(thread_id, item))
+                if remaining is not None:
+                    remaining -= len(reply) - 1
+                cursor = reply[0].decode()
+                if not cursor:
+                    break
+
+    def delete_thread(self, thread_id: str) -> Flow[None]:
+        keys = self.keys(thread_id_str(thread_id, "thread_id"))
+        yield Call(("DEL", *keys))
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> Flow[int]:
+        runs = _str_list(run_ids, "run_ids")
+        if not runs:
+            return 0
+        deleted = 0
+        for key in (yield ScanLogs(log_pattern(self.prefix))):
+            thread_id = thread_id_of(self.prefix, key.decode() if isinstance(key, bytes) else key)
+            deleted += yield Eval("delete_runs", self.keys(thread_id), (thread_id, *runs))
+        return deleted
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> Flow[int]:
+        source = thread_id_str(source_thread_id, "source_thread_id")
+        target = thread_id_str(target_thread_id, "target_thread_id")
+        if source == target:
+            raise InvalidInputError(
+                f"copy_thread({source!r}, {target!r}) names one thread twice; give a new target"
+            )
+        src, dst = self.keys(source), self.keys(target)
+        start, copied = "-", 0
+        while True:
+            # one page at a time: the threads live in different slots, so no single script
+            # can see both; every page appended is consistent on its own
+            entries = yield Call(("XRANGE", src.log, start, "+", "COUNT", _COPY_BATCH))
+            if not entries:
+                return copied
+            args: list[Field | int] = []
+            for entry_id, fields in entries:
+                event = {
+                    **fields,
+                    b"thread": target.encode(),
+                    b"copy_of": _copy_of(source, entry_id),
+                }
+                args.append(2 * len(event))
+                for name, value in event.items():
+                    args += (name, value)
+            copied += yield Eval("import", dst, args)
+            last = entries[-1][0]
+            start = "(" + (last.decode() if isinstance(last, bytes) else last)
+
+    def prune(self, thread_ids: Sequence[str], strategy: str) -> Flow[None]:
+        if strategy not in ("keep_latest", "delete"):
+            raise InvalidInputError(
+                f"prune strategy {strategy!r} is unknown; use 'keep_latest' or 'delete'"
+            )
+        for thread_id in _str_list(thread_ids, "thread_ids"):
+            keys = self.keys(thread_id)
+            if strategy == "delete":
+                yield Call(("DEL", *keys))
+            else:
+                yield Eval("compact", keys, ())
+
+    def rebuild(self, thread_id: str) -> Flow[tuple[int, int]]:
+        keys = self.keys(thread_id_str(thread_id, "thread_id"))
+        applied, skipped = yield Eval("replay", keys, ())
+        return int(applied), int(skipped)
+
+    def threads(self) -> Flow[builtins.list[str]]:
+        keys = yield ScanLogs(log_pattern(self.prefix))
+        return sorted(
+            thread_id_of(self.prefix, k.decode() if isinstance(k, bytes) else k) for k in keys
+        )
+
+
+def _copy_of(source: str, entry_id: bytes | str) -> bytes:
+    eid = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+    return ormsgpack.packb([source, eid])
+
+
+def _str_list(values: object, name: str) -> list[str]:
+    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
+        raise InvalidInputError(f"{name} must be a list of strings, got {values!r}")
+    return [thread_id_str(v, f"{name}[{i}]") for i, v in enumerate(values)]
+
+
+def _filter_args(filter: object) -> tuple[bytes | str, bytes | str]:
+    """(metadata that must match, keys that must be absent or None) as script arguments."""
+    if not filter:
+        return "", ""
+    if not isinstance(filter, dict) or not all(isinstance(k, str) for k in filter):
+        raise InvalidInputError(f"filter must be a dict of metadata key to value, got {filter!r}")
+    _check_metadata(filter, "filter")
+    match = {k: v for k, v in filter.items() if v is not None}
+    nulls = [k for k, v in filter.items() if v is None]
+    # cmsgpack drops nil map values, so None conditions travel as a separate key list
+    return (ormsgpack.packb(match) if match else ""), (ormsgpack.packb(nulls) if nulls else "")

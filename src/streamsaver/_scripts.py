@@ -1,0 +1,30 @@
+"""The Lua scripts, assembled from src/streamsaver/lua. Each entry script is preceded by the
+shared files it needs, so the projection (projection.lua) exists exactly once."""
+
+from __future__ import annotations
+
+from importlib.resources import files
+
+__all__ = ["SOURCES"]
+
+_WRITE = ("common.lua", "projection.lua")
+_READ = (*_WRITE, "read.lua")
+_ENTRIES: dict[str, tuple[str, ...]] = {
+    "append": _WRITE,
+    "get": _READ,
+    "list": _READ,
+    "delete_runs": _WRITE,
+    "replay": _WRITE,
+    "import": _WRITE,
+    "compact": _READ,
+}
+
+
+def _read(name: str) -> str:
+    return (files("streamsaver") / "lua" / name).read_text(encoding="utf-8")
+
+
+SOURCES: dict[str, str] = {
+    name: "\n".join(_read(part) for part in (*parts, f"{name}.lua"))
+    for name, parts in _ENTRIES.items()
+}

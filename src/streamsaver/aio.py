@@ -1,0 +1,219 @@
+"""``AsyncRedisStreamSaver``: the asyncio shell. It only sends what ``_ops`` yields."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import redis.asyncio as aredis
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+from redis.exceptions import ResponseError
+
+from ._base import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_PREFIX, StreamSaverBase, check_client
+from ._errors import InvalidInputError, InvalidUsageError, translate
+from ._ops import Call, Eval, Flow, Op, T, adrive, aiterate
+from ._scripts import SOURCES
+
+__all__ = ["AsyncRedisStreamSaver"]
+
+AsyncClient = aredis.Redis | AsyncRedisCluster
+
+
+class AsyncRedisStreamSaver(StreamSaverBase):
+    """The asyncio twin of ``RedisStreamSaver``, over a ``redis.asyncio`` client.
+
+    Its sync methods (``get_tuple``, ``list``, ...) work from other threads while the saver's
+    event loop runs, as LangGraph's ``graph.get_state`` needs; on the loop's own thread they
+    raise ``InvalidUsageError``, because blocking there would deadlock.
+    """
+
+    def __init__(
+        self,
+        client: AsyncClient,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        serde: SerializerProtocol | None = None,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+    ) -> None:
+        if not isinstance(client, (aredis.Redis, AsyncRedisCluster)):
+            raise InvalidInputError(
+                f"AsyncRedisStreamSaver needs a redis.asyncio.Redis or RedisCluster client, got "
+                f"{type(client).__name__}; for synchronous clients use RedisStreamSaver"
+            )
+        check_client(client, "AsyncRedisStreamSaver")
+        super().__init__(prefix=prefix, serde=serde, max_payload_bytes=max_payload_bytes)
+        self.client = client
+        self._scripts = {name: client.register_script(src) for name, src in SOURCES.items()}
+        self.server_version: tuple[int, ...] | None = None
+        try:
+            self.loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            self.loop = None
+
+    @classmethod
+    @asynccontextmanager
+    async def from_conn_string(
+        cls,
+        url: str,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        serde: SerializerProtocol | None = None,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+    ) -> AsyncIterator[AsyncRedisStreamSaver]:
+        """A saver on a client it creates from ``url`` and closes on exit."""
+        client = aredis.Redis.from_url(url)
+        try:
+            yield cls(client, prefix=prefix, serde=serde, max_payload_bytes=max_payload_bytes)
+        finally:
+            await client.aclose()
+
+    async def asetup(self) -> None:
+        """Check the server once. Idempotent; every call does it itself when needed."""
+        self.loop = asyncio.get_running_loop()
+        self.server_version = await adrive(self._ops.setup(), self._execute)
+
+    async def _execute(self, op: Op) -> Any:
+        try:
+            if isinstance(op, Eval):
+                return await self._scripts[op.script](keys=list(op.keys), args=list(op.args))
+            if isinstance(op, Call):
+                return await self.client.execute_command(*op.args)
+            scan = self.client.scan_iter(match=op.pattern, count=1000, _type="STREAM")
+            return [key async for key in scan]
+        except ResponseError as exc:
+            raise translate(exc) from exc
+
+    async def _run(self, flow: Flow[T]) -> T:
+        if self.server_version is None:
+            await self.asetup()
+        return await adrive(flow, self._execute)
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return await self._run(self._ops.get_tuple(config))
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        if self.server_version is None:
+            await self.asetup()
+        flow = self._ops.list(config, filter=filter, before=before, limit=limit)
+        async for item in aiterate(flow, self._execute):
+            yield item
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return await self._run(self._ops.put(config, checkpoint, metadata, new_versions))
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        await self._run(self._ops.put_writes(config, writes, task_id, task_path))
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await self._run(self._ops.delete_thread(thread_id))
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        await self._run(self._ops.delete_for_runs(run_ids))
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        await self._run(self._ops.copy_thread(source_thread_id, target_thread_id))
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        await self._run(self._ops.prune(thread_ids, strategy))
+
+    async def arebuild(self, thread_id: str) -> tuple[int, int]:
+        """Re-project the thread's indexes from its log; returns (applied, skipped) events."""
+        return await self._run(self._ops.rebuild(thread_id))
+
+    async def athreads(self) -> list[str]:
+        """Every thread id under this prefix (SCAN on every primary; not for hot paths)."""
+        return await self._run(self._ops.threads())
+
+    # The sync interface, for callers on other threads (LangGraph's sync get_state & co).
+    def _sync(self, coro: Coroutine[Any, Any, T]) -> T:
+        try:
+            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if self.loop is None or running is self.loop:
+            coro.close()
+            raise InvalidUsageError(
+                "Synchronous calls to AsyncRedisStreamSaver are only allowed from a thread other "
+                "than its event loop's, once that loop runs; on the loop use the async interface "
+                "(e.g. `await checkpointer.aget_tuple(...)`, `await graph.ainvoke(...)`), and in "
+                "synchronous code use RedisStreamSaver"
+            )
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    def setup(self) -> None:
+        self._sync(self.asetup())
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return self._sync(self.aget_tuple(config))
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        async def collect() -> list[CheckpointTuple]:
+            return [t async for t in self.alist(config, filter=filter, before=before, limit=limit)]
+
+        return iter(self._sync(collect()))
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return self._sync(self.aput(config, checkpoint, metadata, new_versions))
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        self._sync(self.aput_writes(config, writes, task_id, task_path))
+
+    def delete_thread(self, thread_id: str) -> None:
+        self._sync(self.adelete_thread(thread_id))
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        self._sync(self.adelete_for_runs(run_ids))
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        self._sync(self.acopy_thread(source_thread_id, target_thread_id))
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        self._sync(self.aprune(thread_ids, strategy=strategy))

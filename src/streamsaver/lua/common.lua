@@ -1,0 +1,49 @@
+-- Helpers shared by every streamsaver script. Scripts are this file, projection.lua and, for
+-- readers, read.lua, followed by one entry body (see streamsaver/_scripts.py).
+--
+-- Every script touches the three keys of ONE thread, which share a hash tag:
+--   KEYS[1] log  stream: the thread's events, the only source of truth
+--   KEYS[2] ix   sorted set, every score 0, so members sort by their bytes:
+--                  "c" .. lp(ns) .. checkpoint_id                 a live checkpoint
+--                  "r" .. lp(run_id) .. lp(ns) .. checkpoint_id   run index for delete_for_runs
+--   KEYS[3] ptr  hash of pointers into the log:
+--                  "c" .. lp(ns) .. checkpoint_id            -> id of the checkpoint's event
+--                  "b" .. lp(ns) .. lp(channel) .. version   -> "<event id> <field>" of the value
+--                  "w" .. lp(ns) .. checkpoint_id            -> msgpack [task, idx, event id, pos, ...]
+-- lp() is a length prefix: it makes every composite member prefix-free, so no thread,
+-- namespace, channel or task name can collide with another whatever bytes it holds.
+
+local SCHEMA = 1
+
+local function lp(s)
+  return #s .. ':' .. s
+end
+
+-- 'n:' .. a .. rest  ->  a, rest
+local function split_lp(s)
+  local colon = string.find(s, ':', 1, true)
+  local n = tonumber(string.sub(s, 1, colon - 1))
+  return string.sub(s, colon + 1, colon + n), string.sub(s, colon + n + 1)
+end
+
+local function fields_of(flat)
+  local t = {}
+  for i = 1, #flat, 2 do
+    t[flat[i]] = flat[i + 1]
+  end
+  return t
+end
+
+-- Entries are looked up by exact id; one call may need the same entry for several values.
+local function entry_fields(log, eid, cache)
+  local f = cache[eid]
+  if f == nil then
+    local r = redis.call('XRANGE', log, eid, eid)
+    if #r == 0 then
+      return nil
+    end
+    f = fields_of(r[1][2])
+    cache[eid] = f
+  end
+  return f
+end

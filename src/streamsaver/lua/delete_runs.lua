@@ -1,0 +1,25 @@
+-- delete_for_runs on one thread: append one "delete" event naming every checkpoint of the
+-- given runs, and project it. Appends nothing when the thread has none of them.
+-- KEYS: log ix ptr   ARGV[1]: thread id   ARGV[2..]: run ids
+-- Returns the number of checkpoints deleted.
+local items, runs = {}, {}
+for i = 2, #ARGV do
+  local r = 'r' .. lp(ARGV[i])
+  local ms = redis.call('ZRANGEBYLEX', KEYS[2], '[' .. r, '[' .. r .. '\255')
+  if #ms > 0 then
+    runs[#runs + 1] = ARGV[i]
+  end
+  for _, m in ipairs(ms) do
+    local ns, cid = split_lp(string.sub(m, #r + 1))
+    items[#items + 1] = ns
+    items[#items + 1] = cid
+  end
+end
+if #items == 0 then
+  return 0
+end
+local ev = {'k', 'delete', 'sv', tostring(SCHEMA), 'thread', ARGV[1],
+            'items', cmsgpack.pack(items), 'runs', cmsgpack.pack(runs)}
+local id = redis.call('XADD', KEYS[1], '*', unpack(ev))
+apply(KEYS[1], KEYS[2], KEYS[3], id, fields_of(ev))
+return #items / 2

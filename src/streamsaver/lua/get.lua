@@ -1,0 +1,16 @@
+-- Read one checkpoint (read.lua's shape), or nil.
+-- KEYS: log ix ptr   ARGV[1]: lp(ns)   ARGV[2]: checkpoint id, or '' for the latest of ns
+local p, cid = ARGV[1], ARGV[2]
+if cid == '' then
+  local m = redis.call('ZREVRANGEBYLEX', KEYS[2], '[c' .. p .. '\255', '[c' .. p, 'LIMIT', 0, 1)[1]
+  if m == nil then
+    return false
+  end
+  cid = string.sub(m, #p + 2)
+end
+local cache = {}
+local eid, f = checkpoint_event(KEYS[1], KEYS[3], 'c' .. p .. cid, cache)
+if eid == nil then
+  return false
+end
+return read_checkpoint(KEYS[1], KEYS[3], eid, f, cache)

@@ -1,0 +1,113 @@
+-- One page of list(): checkpoints newest first, each in read.lua's shape, after a cursor.
+-- KEYS: log ix ptr
+-- ARGV: [1] lp(ns), or '' for every namespace   [2] exact checkpoint id or ''
+--       [3] before: only ids strictly lower, or ''   [4] page size
+--       [5] cursor: the last member the previous page looked at, or ''
+--       [6] msgpack map of metadata that must be equal, or ''   [7] msgpack list of keys that
+--       must be absent or null, or ''
+-- Returns {cursor, checkpoint, ...}; cursor is '' once nothing is left. A page stops after
+-- SCAN_CAP members so a selective filter cannot block the server for long.
+local SCAN_CAP = 1000
+
+-- Lua's < goes through strcoll, which follows the server's locale; ids compare as bytes.
+local function bytes_lt(a, b)
+  local n = math.min(#a, #b)
+  for i = 1, n do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then
+      return x < y
+    end
+  end
+  return #a < #b
+end
+
+local function deep_eq(a, b)
+  if type(a) ~= type(b) then
+    return false
+  end
+  if type(a) ~= 'table' then
+    return a == b
+  end
+  for k, v in pairs(a) do
+    if not deep_eq(v, b[k]) then
+      return false
+    end
+  end
+  for k in pairs(b) do
+    if a[k] == nil then
+      return false
+    end
+  end
+  return true
+end
+
+local p, exact, before = ARGV[1], ARGV[2], ARGV[3]
+local size, cursor = tonumber(ARGV[4]), ARGV[5]
+local filter = nil
+if ARGV[6] ~= '' then
+  filter = cmsgpack.unpack(ARGV[6])
+end
+local nulls = {}
+if ARGV[7] ~= '' then
+  nulls = cmsgpack.unpack(ARGV[7])
+end
+
+local function matches(f)
+  if filter == nil and #nulls == 0 then
+    return true
+  end
+  local meta = cmsgpack.unpack(f.meta)
+  if filter ~= nil then
+    for k, v in pairs(filter) do
+      if not deep_eq(meta[k], v) then
+        return false
+      end
+    end
+  end
+  for _, k in ipairs(nulls) do
+    if meta[k] ~= nil then
+      return false
+    end
+  end
+  return true
+end
+
+local lo, hi = '[c' .. p, '[c' .. p .. '\255'
+if p ~= '' and exact ~= '' then
+  lo = '[c' .. p .. exact
+  hi = lo
+elseif p ~= '' and before ~= '' then
+  hi = '(c' .. p .. before
+end
+if cursor ~= '' then
+  hi = '(' .. cursor
+end
+
+local out = {''}
+local cache = {}
+local scanned = 0
+while true do
+  local batch = redis.call('ZREVRANGEBYLEX', KEYS[2], hi, lo, 'LIMIT', 0, 100)
+  if #batch == 0 then
+    return out
+  end
+  for _, m in ipairs(batch) do
+    scanned = scanned + 1
+    local _, cid = split_lp(string.sub(m, 2))
+    local wanted = true
+    if p == '' then
+      wanted = (exact == '' or cid == exact) and (before == '' or bytes_lt(cid, before))
+    end
+    if wanted then
+      local eid, f = checkpoint_event(KEYS[1], KEYS[3], m, cache)
+      if eid ~= nil and matches(f) then
+        out[#out + 1] = read_checkpoint(KEYS[1], KEYS[3], eid, f, cache)
+      end
+    end
+    if #out - 1 >= size or scanned >= SCAN_CAP then
+      out[1] = m
+      return out
+    end
+  end
+  hi = '(' .. batch[#batch]
+end

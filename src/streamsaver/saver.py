@@ -1,0 +1,199 @@
+"""``RedisStreamSaver``: the synchronous shell. It only sends what ``_ops`` yields."""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import redis
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+from redis.cluster import RedisCluster
+from redis.exceptions import ResponseError
+
+from ._base import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_PREFIX, StreamSaverBase, check_client
+from ._errors import InvalidInputError, translate
+from ._ops import Call, Eval, Flow, Op, T, drive, iterate
+from ._scripts import SOURCES
+
+__all__ = ["RedisStreamSaver"]
+
+SyncClient = redis.Redis | RedisCluster
+
+
+class RedisStreamSaver(StreamSaverBase):
+    """A LangGraph checkpointer that appends every ``put`` and ``put_writes`` to a per-thread
+    Redis Stream and answers reads from indexes projected in the same atomic script.
+
+    ``client`` is a ``redis.Redis`` (or ``RedisCluster``) created with the default
+    ``decode_responses=False``. Keys live under ``prefix``; two savers with different prefixes
+    never see each other's threads. The async methods run the sync ones in a worker thread; in
+    async code prefer ``AsyncRedisStreamSaver``.
+    """
+
+    def __init__(
+        self,
+        client: SyncClient,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        serde: SerializerProtocol | None = None,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+    ) -> None:
+        if not isinstance(client, (redis.Redis, RedisCluster)):
+            raise InvalidInputError(
+                f"RedisStreamSaver needs a redis.Redis or RedisCluster client, got "
+                f"{type(client).__name__}; for redis.asyncio clients use AsyncRedisStreamSaver"
+            )
+        check_client(client, "RedisStreamSaver")
+        super().__init__(prefix=prefix, serde=serde, max_payload_bytes=max_payload_bytes)
+        self.client = client
+        self._scripts = {name: client.register_script(src) for name, src in SOURCES.items()}
+        self.server_version: tuple[int, ...] | None = None
+
+    @classmethod
+    @contextmanager
+    def from_conn_string(
+        cls,
+        url: str,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        serde: SerializerProtocol | None = None,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+    ) -> Iterator[RedisStreamSaver]:
+        """A saver on a client it creates from ``url`` and closes on exit."""
+        client = redis.Redis.from_url(url)
+        try:
+            yield cls(client, prefix=prefix, serde=serde, max_payload_bytes=max_payload_bytes)
+        finally:
+            client.close()
+
+    def setup(self) -> None:
+        """Check the server once. Idempotent; every call does it itself when needed."""
+        self.server_version = drive(self._ops.setup(), self._execute)
+
+    def _execute(self, op: Op) -> Any:
+        try:
+            if isinstance(op, Eval):
+                return self._scripts[op.script](keys=list(op.keys), args=list(op.args))
+            if isinstance(op, Call):
+                return self.client.execute_command(*op.args)  # type: ignore[no-untyped-call]
+            return list(self.client.scan_iter(match=op.pattern, count=1000, _type="STREAM"))
+        except ResponseError as exc:
+            raise translate(exc) from exc
+
+    def _run(self, flow: Flow[T]) -> T:
+        if self.server_version is None:
+            self.setup()
+        return drive(flow, self._execute)
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return self._run(self._ops.get_tuple(config))
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        if self.server_version is None:
+            self.setup()
+        flow = self._ops.list(config, filter=filter, before=before, limit=limit)
+        return iterate(flow, self._execute)
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return self._run(self._ops.put(config, checkpoint, metadata, new_versions))
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        self._run(self._ops.put_writes(config, writes, task_id, task_path))
+
+    def delete_thread(self, thread_id: str) -> None:
+        self._run(self._ops.delete_thread(thread_id))
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        self._run(self._ops.delete_for_runs(run_ids))
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        self._run(self._ops.copy_thread(source_thread_id, target_thread_id))
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        self._run(self._ops.prune(thread_ids, strategy))
+
+    def rebuild(self, thread_id: str) -> tuple[int, int]:
+        """Re-project the thread's indexes from its log; returns (applied, skipped) events."""
+        return self._run(self._ops.rebuild(thread_id))
+
+    def threads(self) -> builtins.list[str]:
+        """Every thread id under this prefix (SCAN on every primary; not for hot paths)."""
+        return self._run(self._ops.threads())
+
+    # LangGraph calls these when a graph with this saver runs async; the sync client blocks,
+    # so each call moves to a worker thread instead of stalling the event loop.
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return await asyncio.to_thread(self.get_tuple, config)
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        def collect() -> list[CheckpointTuple]:
+            return list(self.list(config, filter=filter, before=before, limit=limit))
+
+        for item in await asyncio.to_thread(collect):
+            yield item
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return await asyncio.to_thread(self.put, config, checkpoint, metadata, new_versions)
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        await asyncio.to_thread(self.put_writes, config, writes, task_id, task_path)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await asyncio.to_thread(self.delete_thread, thread_id)
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        await asyncio.to_thread(self.delete_for_runs, run_ids)
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        await asyncio.to_thread(self.copy_thread, source_thread_id, target_thread_id)
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        await asyncio.to_thread(self.prune, thread_ids, strategy=strategy)
