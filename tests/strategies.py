@@ -1,0 +1,13 @@
+"""Shared Hypothesis strategies."""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+# Characters that break naive key schemes: separators, hash-tag braces, glob and percent
+# syntax, whitespace, NUL, and non-ASCII (multi-byte in UTF-8, so bytes != characters).
+HOSTILE_CHARS = ":{}*?[]$%\\|\n\r\t\x00 ~-_.é中😀"
+
+hostile_text = st.text(alphabet=st.sampled_from(HOSTILE_CHARS), min_size=0, max_size=8) | st.text(
+    max_size=6
+)
