@@ -7,4 +7,4 @@ COPY src ./src
 COPY projector ./projector
 RUN pip install --no-cache-dir '.[hiredis]'
 
-CMD ["python", "-m", "projector", "run", "--url", "redis://redis:6379/0", "--prefix", "streamsaver"]
+CMD ["python", "-m", "projector", "--help"]

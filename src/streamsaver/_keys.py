@@ -14,7 +14,15 @@ from urllib.parse import quote, unquote
 
 from ._errors import InvalidInputError
 
-__all__ = ["ThreadKeys", "log_pattern", "lp", "thread_id_of", "thread_keys", "validate_prefix"]
+__all__ = [
+    "ThreadKeys",
+    "log_pattern",
+    "lp",
+    "scratch_keys",
+    "thread_id_of",
+    "thread_keys",
+    "validate_prefix",
+]
 
 # quote("") is "", and an empty hash tag "{}" would hash the whole key instead of the tag,
 # splitting the thread across slots. quote() never emits a lone "%", so it is free for "".
@@ -43,6 +51,11 @@ def _tag(thread_id: str) -> str:
 def thread_keys(prefix: str, thread_id: str) -> ThreadKeys:
     base = f"{prefix}:{{{_tag(thread_id)}}}:"
     return ThreadKeys(base + "log", base + "ix", base + "ptr")
+
+
+def scratch_keys(keys: ThreadKeys) -> tuple[str, str]:
+    """Index keys for a verification replay: same slot, and outside every SCAN pattern."""
+    return keys.ix + ":verify", keys.ptr + ":verify"
 
 
 def _escape_glob(text: str) -> str:

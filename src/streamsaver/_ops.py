@@ -28,7 +28,7 @@ from langgraph.checkpoint.base import (
 from ._codec import Codec, Field, _check_metadata
 from ._config import _configurable, make_config, target_of, thread_id_str
 from ._errors import InvalidConfigError, InvalidInputError, UnsupportedServerError
-from ._keys import ThreadKeys, log_pattern, lp, thread_id_of, thread_keys
+from ._keys import ThreadKeys, log_pattern, lp, scratch_keys, thread_id_of, thread_keys
 
 __all__ = [
     "Call",
@@ -53,7 +53,7 @@ class Eval:
     """Run one of the scripts in ``_scripts.SOURCES``."""
 
     script: str
-    keys: ThreadKeys
+    keys: Sequence[str]
     args: Sequence[Field | int]
 
 
@@ -328,6 +328,12 @@ class Operations:
         keys = self.keys(thread_id_str(thread_id, "thread_id"))
         applied, skipped = yield Eval("replay", keys, ())
         return int(applied), int(skipped)
+
+    def verify(self, thread_id: str) -> Flow[tuple[int, int, builtins.list[str]]]:
+        """Replay into scratch keys and diff with the live indexes: (applied, skipped, diffs)."""
+        keys = self.keys(thread_id_str(thread_id, "thread_id"))
+        applied, skipped, *diffs = yield Eval("verify", (*keys, *scratch_keys(keys)), ())
+        return int(applied), int(skipped), sorted(d.decode(errors="replace") for d in diffs)
 
     def threads(self) -> Flow[builtins.list[str]]:
         keys = yield ScanLogs(log_pattern(self.prefix))

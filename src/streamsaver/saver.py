@@ -145,6 +145,11 @@ class RedisStreamSaver(StreamSaverBase):
         """Re-project the thread's indexes from its log; returns (applied, skipped) events."""
         return self._run(self._ops.rebuild(thread_id))
 
+    def verify(self, thread_id: str) -> tuple[int, int, builtins.list[str]]:
+        """Replay the thread's log into scratch keys and compare with its live indexes, in one
+        atomic script: (applied, skipped, differences); no differences means consistent."""
+        return self._run(self._ops.verify(thread_id))
+
     def threads(self) -> builtins.list[str]:
         """Every thread id under this prefix (SCAN on every primary; not for hot paths)."""
         return self._run(self._ops.threads())

@@ -84,3 +84,24 @@ local function apply(log, ix, ptr, id, f)
   fn(log, ix, ptr, id, f)
   return true
 end
+
+-- Re-project a whole log into ix and ptr (emptied first), in order, as the writer did.
+-- Returns {events applied, events skipped}.
+local function replay_into(log, ix, ptr)
+  redis.call('DEL', ix, ptr)
+  local applied, skipped, start = 0, 0, '-'
+  while true do
+    local batch = redis.call('XRANGE', log, start, '+', 'COUNT', 1000)
+    if #batch == 0 then
+      return {applied, skipped}
+    end
+    for _, e in ipairs(batch) do
+      if apply(log, ix, ptr, e[1], fields_of(e[2])) then
+        applied = applied + 1
+      else
+        skipped = skipped + 1
+      end
+    end
+    start = '(' .. batch[#batch][1]
+  end
+end

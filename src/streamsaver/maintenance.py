@@ -1,0 +1,66 @@
+"""Rebuild and verify many threads: the code behind ``streamsaver rebuild|verify`` and
+``python -m projector rebuild|verify``."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TextIO
+
+from .saver import RedisStreamSaver
+
+__all__ = ["Report", "progress_bar", "rebuild_threads", "verify_threads"]
+
+Progress = Callable[[int, int], None]
+
+
+@dataclass
+class Report:
+    threads: int = 0
+    applied: int = 0
+    skipped: int = 0
+    differences: dict[str, list[str]] = field(default_factory=dict)
+
+
+def progress_bar(stream: TextIO = sys.stderr, label: str = "threads") -> Progress | None:
+    """A one-line bar on a terminal; nothing when output is piped (logs stay clean)."""
+    if not stream.isatty():
+        return None
+
+    def show(done: int, total: int) -> None:
+        filled = 30 * done // max(total, 1)
+        stream.write(f"\r[{'#' * filled}{'.' * (30 - filled)}] {done}/{total} {label}")
+        if done == total:
+            stream.write("\n")
+        stream.flush()
+
+    return show
+
+
+def rebuild_threads(
+    saver: RedisStreamSaver, thread_ids: Sequence[str], progress: Progress | None = None
+) -> Report:
+    report = Report()
+    for report.threads, thread_id in enumerate(thread_ids, 1):
+        applied, skipped = saver.rebuild(thread_id)
+        report.applied += applied
+        report.skipped += skipped
+        if progress:
+            progress(report.threads, len(thread_ids))
+    return report
+
+
+def verify_threads(
+    saver: RedisStreamSaver, thread_ids: Sequence[str], progress: Progress | None = None
+) -> Report:
+    report = Report()
+    for report.threads, thread_id in enumerate(thread_ids, 1):
+        applied, skipped, differences = saver.verify(thread_id)
+        report.applied += applied
+        report.skipped += skipped
+        if differences:
+            report.differences[thread_id] = differences
+        if progress:
+            progress(report.threads, len(thread_ids))
+    return report

@@ -1,0 +1,122 @@
+"""The command lines (streamsaver, python -m projector) and docker-compose.yml, end to end."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import redis
+import yaml
+
+from streamsaver import RedisStreamSaver
+from streamsaver._keys import thread_keys
+from streamsaver.cli import build_parser
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _cli(
+    *args: str, module: str = "streamsaver", url: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
+    if url:
+        env["REDIS_URL"] = url
+    return subprocess.run(
+        [sys.executable, "-m", module, *args], capture_output=True, text=True, env=env, timeout=60
+    )
+
+
+def _fill(saver: RedisStreamSaver, threads: list[str]) -> None:
+    for t in threads:
+        parent: Any = None
+        for step in range(3):
+            config: Any = {"configurable": {"thread_id": t, "checkpoint_ns": ""}}
+            if parent:
+                config["configurable"]["checkpoint_id"] = parent["configurable"]["checkpoint_id"]
+            checkpoint: Any = {
+                "v": 1, "id": f"0000{step}", "ts": "", "channel_values": {"n": step},
+                "channel_versions": {"n": step + 1}, "versions_seen": {}, "updated_channels": None,
+            }  # fmt: skip
+            parent = saver.put(config, checkpoint, {"step": step}, {"n": step + 1})
+            saver.put_writes(parent, [("n", step)], "task")
+
+
+def test_verify_finds_a_damaged_index_and_rebuild_repairs_it(
+    sync_saver: RedisStreamSaver, redis_client: redis.Redis, redis_url: str
+) -> None:
+    _fill(sync_saver, ["a", "b{c}"])
+    prefix = sync_saver.prefix
+    ok = _cli("verify", "--all", "--prefix", prefix, module="projector", url=redis_url)
+    assert ok.returncode == 0, ok.stderr
+    assert "verified 2 threads (12 events): 0 with differences" in ok.stdout
+
+    reads = list(sync_saver.list({"configurable": {"thread_id": "b{c}"}}))
+    keys = thread_keys(prefix, "b{c}")
+    redis_client.hdel(keys.ptr, next(iter(redis_client.hkeys(keys.ptr))))
+    redis_client.zadd(keys.ix, {"c2:xx00009": 0})
+    bad = _cli("verify", "--thread", "b{c}", "--prefix", prefix, module="projector", url=redis_url)
+    assert bad.returncode == 1
+    assert "'b{c}': ix extra c2:xx00009" in bad.stdout
+    assert "'b{c}': ptr missing" in bad.stdout
+
+    fixed = _cli("rebuild", "--thread", "b{c}", "--prefix", prefix, url=redis_url)
+    assert fixed.returncode == 0, fixed.stderr
+    assert "rebuilt 1 threads: 6 events applied, 0 skipped" in fixed.stdout
+    assert list(sync_saver.list({"configurable": {"thread_id": "b{c}"}})) == reads
+    assert _cli("verify", "--all", "--prefix", prefix, url=redis_url).returncode == 0
+
+
+def test_threads_lists_every_thread_of_the_prefix_only(
+    sync_saver: RedisStreamSaver, redis_url: str
+) -> None:
+    _fill(sync_saver, ["x", "y:z", ""])
+    out = _cli("threads", "--url", redis_url, "--prefix", sync_saver.prefix)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == sorted(["x", "y:z", ""])
+
+
+def test_commands_without_a_server_say_how_to_give_one() -> None:
+    out = _cli("threads")
+    assert out.returncode == 2
+    assert "pass --url or set $REDIS_URL" in out.stderr
+
+
+def test_demo_runs_a_graph_and_prints_its_history(redis_url: str, prefix: str) -> None:
+    out = _cli("demo", "--url", redis_url, "--prefix", prefix)
+    assert out.returncode == 0, out.stderr
+    assert "history, newest first:" in out.stdout
+    assert "14 events, 8 checkpoints and 6 writes" in out.stdout
+    assert "final messages: ['user: question 1', 'agent: answer 1'" in out.stdout
+
+
+def test_help_describes_every_command() -> None:
+    out = _cli("--help")
+    assert out.returncode == 0
+    for command in ("demo", "threads", "rebuild", "verify"):
+        assert command in out.stdout
+
+
+def test_docker_compose_agrees_with_the_code() -> None:
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    services = compose["services"]
+    assert set(services) >= {"redis", "projector", "redis-stack"}
+
+    redis_cmd = services["redis"]["command"]
+    assert redis_cmd[redis_cmd.index("--appendonly") + 1] == "yes"
+    assert "redis-data" in compose["volumes"]
+
+    projector = services["projector"]
+    command = projector["command"]
+    assert command[:3] == ["python", "-m", "projector"]
+    args = build_parser("python -m projector", demo=False).parse_args(command[3:])
+    assert args.command in {"rebuild", "verify"}
+    # the URL comes from the environment, and must name the compose redis service
+    assert args.url is None and projector["environment"]["REDIS_URL"].startswith("redis://redis:")
+    assert projector["depends_on"]["redis"]["condition"] == "service_healthy"
+    assert services["redis-stack"]["profiles"] == ["peers"]
+    assert services["redis-stack"]["image"].startswith("redis/redis-stack-server:")
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert "COPY projector ./projector" in dockerfile and "COPY src ./src" in dockerfile
