@@ -407,3 +407,19 @@ def test_events_are_documented_msgpack_fields(
     assert w[b"k"] == b"writes" and w[b"task"] == b"task-1" and w[b"path"] == b"path"
     assert ormsgpack.unpackb(w[b"wi"]) == ["a", 0]
     assert sync_saver.serde.loads_typed(tuple(ormsgpack.unpackb(w[b"w0"]))) == 3
+
+
+def test_re_putting_a_checkpoint_id_keeps_one_checkpoint_and_the_last_content(
+    sync_saver: RedisStreamSaver, redis_client: redis.Redis
+) -> None:
+    config = generate_config("t")
+    first = generate_checkpoint(channel_values={"a": 1}, channel_versions={"a": 1})
+    second = {**first, "channel_values": {"a": 2}}
+    stored = sync_saver.put(config, first, generate_metadata(step=1), {"a": 1})
+    assert sync_saver.put(config, second, generate_metadata(step=2), {"a": 1}) == stored
+    listed = list(sync_saver.list(generate_config("t")))
+    assert len(listed) == 1
+    assert listed[0].checkpoint["channel_values"] == {"a": 2}
+    assert listed[0].metadata["step"] == 2
+    # the log keeps both puts: it records what happened, the index what is current
+    assert redis_client.xlen(thread_keys(sync_saver.prefix, "t").log) == 2

@@ -38,29 +38,38 @@ def progress_bar(stream: TextIO = sys.stderr, label: str = "threads") -> Progres
     return show
 
 
-def rebuild_threads(
-    saver: RedisStreamSaver, thread_ids: Sequence[str], progress: Progress | None = None
+def _each(
+    thread_ids: Sequence[str],
+    step: Callable[[str, Report], None],
+    progress: Progress | None,
 ) -> Report:
     report = Report()
     for report.threads, thread_id in enumerate(thread_ids, 1):
-        applied, skipped = saver.rebuild(thread_id)
-        report.applied += applied
-        report.skipped += skipped
+        step(thread_id, report)
         if progress:
             progress(report.threads, len(thread_ids))
     return report
+
+
+def rebuild_threads(
+    saver: RedisStreamSaver, thread_ids: Sequence[str], progress: Progress | None = None
+) -> Report:
+    def rebuild(thread_id: str, report: Report) -> None:
+        applied, skipped = saver.rebuild(thread_id)
+        report.applied += applied
+        report.skipped += skipped
+
+    return _each(thread_ids, rebuild, progress)
 
 
 def verify_threads(
     saver: RedisStreamSaver, thread_ids: Sequence[str], progress: Progress | None = None
 ) -> Report:
-    report = Report()
-    for report.threads, thread_id in enumerate(thread_ids, 1):
+    def verify(thread_id: str, report: Report) -> None:
         applied, skipped, differences = saver.verify(thread_id)
         report.applied += applied
         report.skipped += skipped
         if differences:
             report.differences[thread_id] = differences
-        if progress:
-            progress(report.threads, len(thread_ids))
-    return report
+
+    return _each(thread_ids, verify, progress)
