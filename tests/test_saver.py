@@ -313,6 +313,18 @@ def test_oversized_payload_raises_and_writes_nothing(
     assert _all_keys(redis_client, prefix) == before
 
 
+def test_values_the_serializer_cannot_encode_raise_and_write_nothing(
+    sync_saver: RedisStreamSaver, redis_client: redis.Redis
+) -> None:
+    stored = _put(sync_saver, "t", values={"a": 1})
+    before = _all_keys(redis_client, sync_saver.prefix)
+    with pytest.raises(InvalidInputError, match="value of channel 'big' cannot be serialized"):
+        _put(sync_saver, "t", parent=stored, values={"big": [2**70]})
+    with pytest.raises(InvalidInputError, match="write to channel 'big' cannot be serialized"):
+        sync_saver.put_writes(stored, [("big", 2**70)], "task")
+    assert _all_keys(redis_client, sync_saver.prefix) == before
+
+
 def test_metadata_that_cannot_be_filtered_is_refused(sync_saver: RedisStreamSaver) -> None:
     with pytest.raises(InvalidInputError, match=r"metadata value at metadata\['blob'\]"):
         _put(sync_saver, "t", blob=b"bytes")
@@ -409,7 +421,7 @@ def test_events_are_documented_msgpack_fields(
     assert sync_saver.serde.loads_typed(tuple(ormsgpack.unpackb(w[b"w0"]))) == 3
 
 
-def test_re_putting_a_checkpoint_id_keeps_one_checkpoint_and_the_last_content(
+def test_re_putting_a_checkpoint_id_keeps_one_checkpoint_and_the_last_record(
     sync_saver: RedisStreamSaver, redis_client: redis.Redis
 ) -> None:
     config = generate_config("t")
@@ -419,7 +431,8 @@ def test_re_putting_a_checkpoint_id_keeps_one_checkpoint_and_the_last_content(
     assert sync_saver.put(config, second, generate_metadata(step=2), {"a": 1}) == stored
     listed = list(sync_saver.list(generate_config("t")))
     assert len(listed) == 1
-    assert listed[0].checkpoint["channel_values"] == {"a": 2}
     assert listed[0].metadata["step"] == 2
+    # a channel version names one value: the first stored stays (append parts build on it)
+    assert listed[0].checkpoint["channel_values"] == {"a": 1}
     # the log keeps both puts: it records what happened, the index what is current
     assert redis_client.xlen(thread_keys(sync_saver.prefix, "t").log) == 2

@@ -10,14 +10,22 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ._codec import Codec
+from ._delta import DeltaCache
 from ._errors import InvalidInputError
 from ._keys import validate_prefix
 from ._ops import Operations
 
-__all__ = ["DEFAULT_MAX_PAYLOAD_BYTES", "DEFAULT_PREFIX", "StreamSaverBase", "check_client"]
+__all__ = [
+    "DEFAULT_DELTA_CACHE_BYTES",
+    "DEFAULT_MAX_PAYLOAD_BYTES",
+    "DEFAULT_PREFIX",
+    "StreamSaverBase",
+    "check_client",
+]
 
 DEFAULT_PREFIX = "streamsaver"
 DEFAULT_MAX_PAYLOAD_BYTES = 64 * 1024 * 1024
+DEFAULT_DELTA_CACHE_BYTES = 64 * 1024 * 1024
 
 
 def check_client(client: object, saver: str) -> None:
@@ -36,22 +44,30 @@ class StreamSaverBase(BaseCheckpointSaver[str]):
         prefix: str,
         serde: SerializerProtocol | None,
         max_payload_bytes: int,
+        delta_cache_bytes: int,
     ) -> None:
         super().__init__(serde=serde)
-        if not isinstance(max_payload_bytes, int) or max_payload_bytes <= 0:
-            raise InvalidInputError(
-                f"max_payload_bytes={max_payload_bytes!r}: give a positive int of bytes"
-            )
+        for name, value, low in (
+            ("max_payload_bytes", max_payload_bytes, 1),
+            ("delta_cache_bytes", delta_cache_bytes, 0),
+        ):
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise InvalidInputError(f"{name}={value!r}: give an int of bytes >= {low}")
         self.prefix = validate_prefix(prefix)
         self.max_payload_bytes = max_payload_bytes
-        self._ops = Operations(self.prefix, Codec(self.serde, max_payload_bytes))
+        self.delta_cache_bytes = delta_cache_bytes
+        self._ops = self._operations()
+
+    def _operations(self) -> Operations:
+        cache = DeltaCache(self.delta_cache_bytes) if self.delta_cache_bytes else None
+        return Operations(self.prefix, Codec(self.serde, self.max_payload_bytes), cache)
 
     def with_allowlist(self, extra_allowlist: Collection[tuple[str, ...]]) -> StreamSaverBase:
         clone = super().with_allowlist(extra_allowlist)
         if clone is not self:
             # the clone has a new serde; its codec must use it
             assert isinstance(clone, StreamSaverBase)
-            clone._ops = Operations(self.prefix, Codec(clone.serde, self.max_payload_bytes))
+            clone._ops = clone._operations()
         return clone
 
     def get_next_version(self, current: Any, channel: None = None) -> str:

@@ -8,7 +8,8 @@ through the saver's serde as ``msgpack([type, bytes])``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import ormsgpack
@@ -24,14 +25,24 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ._config import make_config
+from ._delta import Known, array_header, split_array
 from ._errors import InvalidInputError, PayloadTooLargeError
 
-__all__ = ["SCHEMA_VERSION", "Codec", "Field", "parse_version", "version_key"]
+__all__ = [
+    "SCHEMA_VERSION",
+    "CheckpointEvent",
+    "Codec",
+    "Field",
+    "Learned",
+    "parse_version",
+    "version_key",
+]
 
 SCHEMA_VERSION = 1
 Field = str | bytes
 _EMPTY = ormsgpack.packb(("empty", b""))
 _JSON_SCALARS = (str, int, float, bool, type(None))
+_ABSENT = object()
 
 
 def version_key(version: object) -> str:
@@ -78,6 +89,17 @@ def _check_metadata(value: object, path: str) -> None:
     )
 
 
+Learned = list[tuple[str, str, Known]]
+"""(channel, event field, value) to remember once the event is stored (the head is unset)."""
+
+
+@dataclass
+class CheckpointEvent:
+    fields: list[Field]
+    bases: list[str] = field(default_factory=list)  # heads of the append parts' bases
+    learned: Learned = field(default_factory=list)
+
+
 def _pairs(flat: Sequence[Any]) -> list[tuple[Any, Any]]:
     return list(zip(flat[::2], flat[1::2], strict=True))
 
@@ -87,8 +109,18 @@ class Codec:
         self.serde = serde
         self.max_payload_bytes = max_payload_bytes
 
-    def dump(self, value: Any) -> bytes:
-        return ormsgpack.packb(self.serde.dumps_typed(value))
+    def _dumps_typed(self, value: Any, what: str) -> tuple[str, bytes]:
+        try:
+            return self.serde.dumps_typed(value)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise InvalidInputError(
+                f"{what} cannot be serialized by {type(self.serde).__name__}: {exc}; store "
+                f"values the serializer supports (see langgraph's JsonPlusSerializer), or pass "
+                f"serde= a serializer that handles {type(value).__name__}"
+            ) from exc
+
+    def dump(self, value: Any, what: str = "a value") -> bytes:
+        return ormsgpack.packb(self._dumps_typed(value, what))
 
     def load(self, raw: bytes) -> Any:
         type_, data = ormsgpack.unpackb(raw)
@@ -100,6 +132,31 @@ class Codec:
             raise PayloadTooLargeError(size, self.max_payload_bytes, what)
         return fields
 
+    def _value(
+        self, channel: str, value: Any, version: str, known: Known | None
+    ) -> tuple[bytes, Known | None]:
+        """The event field for one channel value, whole or as an append to ``known``, and
+        what the saver learns by storing it."""
+        type_, data = self._dumps_typed(value, f"the value of channel {channel!r}")
+        array = split_array(data) if type_ == "msgpack" else None
+        if array is None:
+            return ormsgpack.packb((type_, data)), None
+        count, header = array
+        tail = known.extend(data, count, header) if known is not None else None
+        if known is None or tail is None:
+            learned = Known(version, "", data[header:], count, 0, 0, len(data))
+            return ormsgpack.packb((type_, data)), learned
+        learned = Known(
+            version,
+            "",
+            data[header:],
+            count,
+            known.chain + 1,
+            known.chain_bytes + len(tail),
+            known.snapshot_bytes,
+        )
+        return ormsgpack.packb(("append", tail, count - known.count)), learned
+
     def checkpoint_event(
         self,
         thread_id: str,
@@ -108,7 +165,9 @@ class Codec:
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
         parent_id: str | None,
-    ) -> list[Field]:
+        known: Callable[[str], Known | None],
+    ) -> CheckpointEvent:
+        """``known(channel)``: a stored list value the channel's new value may append to."""
         _check_metadata(metadata, "metadata")
         values = checkpoint["channel_values"]
         record = {
@@ -118,12 +177,25 @@ class Codec:
         for channel, version in checkpoint["channel_versions"].items():
             cv += (channel, version_key(version))
         nv: list[str] = []
+        event = CheckpointEvent([])
         blobs: list[Field] = []
         for i, (channel, version) in enumerate(new_versions.items()):
-            nv += (channel, version_key(version))
-            blobs += (f"b{i}", self.dump(values[channel]) if channel in values else _EMPTY)
+            vkey = version_key(version)
+            base = ""
+            if channel not in values:
+                raw: bytes = _EMPTY
+            else:
+                previous = known(channel)
+                raw, learned = self._value(channel, values[channel], vkey, previous)
+                if learned is not None:
+                    event.learned.append((channel, f"b{i}", learned))
+                    if learned.chain and previous is not None:
+                        base = previous.version
+                        event.bases.append(previous.head)
+            nv += (channel, vkey, base)
+            blobs += (f"b{i}", raw)
         run_id = metadata.get("run_id")
-        fields: list[Field] = [
+        event.fields = [
             "k", "checkpoint",
             "sv", str(SCHEMA_VERSION),
             "thread", thread_id,
@@ -132,12 +204,13 @@ class Codec:
             "parent", parent_id or "",
             "run", str(run_id) if run_id is not None else "",
             "meta", ormsgpack.packb(metadata),
-            "cp", self.dump(record),
+            "cp", self.dump(record, "the checkpoint record"),
             "cv", ormsgpack.packb(cv),
             "nv", ormsgpack.packb(nv),
             *blobs,
         ]  # fmt: skip
-        return self._checked(fields, f"checkpoint {checkpoint['id']!r}")
+        self._checked(event.fields, f"checkpoint {checkpoint['id']!r}")
+        return event
 
     def writes_event(
         self,
@@ -163,7 +236,7 @@ class Codec:
                     f"channel names are strings"
                 )
             wi += (channel, WRITES_IDX_MAP.get(channel, i))
-            values += (f"w{i}", self.dump(value))
+            values += (f"w{i}", self.dump(value, f"the write to channel {channel!r}"))
         fields: list[Field] = [
             "k", "writes",
             "sv", str(SCHEMA_VERSION),
@@ -178,8 +251,41 @@ class Codec:
         ]  # fmt: skip
         return self._checked(fields, f"writes of task {task_id!r}")
 
-    def checkpoint_tuple(self, thread_id: str, reply: Sequence[Any]) -> CheckpointTuple:
-        """Decode read.lua's ``{event id, header, values, writes}``."""
+    def _compose(
+        self, version: bytes, head: bytes, parts: Sequence[bytes]
+    ) -> tuple[Any, Known | None]:
+        """Decode a value from its parts (newest first, ending with a whole value)."""
+        type_, data = ormsgpack.unpackb(parts[-1])
+        if type_ == "empty":
+            return _ABSENT, None
+        array = split_array(data) if type_ == "msgpack" else None
+        if array is None:
+            return self.serde.loads_typed((type_, data)), None
+        count, header = array
+        body = [data[header:]]
+        chain_bytes = 0
+        for raw in reversed(parts[:-1]):
+            _, tail, appended = ormsgpack.unpackb(raw)
+            body.append(tail)
+            count += appended
+            chain_bytes += len(tail)
+        items = b"".join(body)
+        value = self.serde.loads_typed(("msgpack", array_header(count) + items))
+        known = Known(
+            version.decode(),
+            head.decode(),
+            items,
+            count,
+            len(parts) - 1,
+            chain_bytes,
+            len(data),
+        )
+        return value, known
+
+    def checkpoint_tuple(
+        self, thread_id: str, reply: Sequence[Any]
+    ) -> tuple[CheckpointTuple, dict[str, Known]]:
+        """Decode read.lua's ``{event id, header, values, writes}``, and the list values seen."""
         _, header_flat, values_flat, writes_flat = reply
         header = {k.decode(): v for k, v in _pairs(header_flat)}
         ns = header["ns"].decode()
@@ -189,10 +295,14 @@ class Codec:
         cv = ormsgpack.unpackb(header["cv"])
         record["channel_versions"] = {ch: parse_version(v) for ch, v in _pairs(cv)}
         values: dict[str, Any] = {}
-        for channel, raw in _pairs(values_flat):
-            type_, data = ormsgpack.unpackb(raw)
-            if type_ != "empty":
-                values[channel.decode()] = self.serde.loads_typed((type_, data))
+        seen: dict[str, Known] = {}
+        for i in range(0, len(values_flat), 4):
+            channel = values_flat[i].decode()
+            value, known = self._compose(*values_flat[i + 1 : i + 4])
+            if value is not _ABSENT:
+                values[channel] = value
+            if known is not None:
+                seen[channel] = known
         record["channel_values"] = values
         rows = [
             (path.decode(), task.decode(), int(idx), channel.decode(), raw)
@@ -202,10 +312,11 @@ class Codec:
         ]
         rows.sort(key=lambda r: writes_sort_key(r[0], r[1], r[2]))
         pending: list[PendingWrite] = [(task, ch, self.load(raw)) for _, task, _, ch, raw in rows]
-        return CheckpointTuple(
+        checkpoint_tuple = CheckpointTuple(
             config=make_config(thread_id, ns, checkpoint_id),
             checkpoint=record,
             metadata=ormsgpack.unpackb(header["meta"]),
             parent_config=make_config(thread_id, ns, parent_id) if parent_id else None,
             pending_writes=pending,
         )
+        return checkpoint_tuple, seen

@@ -25,8 +25,9 @@ from langgraph.checkpoint.base import (
     get_serializable_checkpoint_metadata,
 )
 
-from ._codec import Codec, Field, _check_metadata
+from ._codec import CheckpointEvent, Codec, Field, _check_metadata
 from ._config import _configurable, make_config, target_of, thread_id_str
+from ._delta import DeltaCache, Known
 from ._errors import InvalidConfigError, InvalidInputError, UnsupportedServerError
 from ._keys import ThreadKeys, log_pattern, lp, scratch_keys, thread_id_of, thread_keys
 
@@ -139,9 +140,11 @@ def server_version(info: Any) -> tuple[int, ...]:
 class Operations:
     """The I/O-free core shared by ``RedisStreamSaver`` and ``AsyncRedisStreamSaver``."""
 
-    def __init__(self, prefix: str, codec: Codec) -> None:
+    def __init__(self, prefix: str, codec: Codec, cache: DeltaCache | None = None) -> None:
         self.prefix = prefix
         self.codec = codec
+        # None stores every value whole
+        self.cache = cache
 
     def keys(self, thread_id: str) -> ThreadKeys:
         return thread_keys(self.prefix, thread_id)
@@ -170,15 +173,37 @@ class Operations:
                 f"checkpoint must be a Checkpoint dict with a non-empty string 'id', "
                 f"got {type(checkpoint).__name__} with id {checkpoint_id!r}"
             )
-        fields = self.codec.checkpoint_event(
-            target.thread_id,
-            target.checkpoint_ns,
-            checkpoint,
-            get_serializable_checkpoint_metadata(config, metadata),
-            new_versions,
-            target.checkpoint_id,
-        )
-        yield Eval("append", self.keys(target.thread_id), fields)
+        serializable = get_serializable_checkpoint_metadata(config, metadata)
+
+        def event(known: Callable[[str], Known | None]) -> CheckpointEvent:
+            return self.codec.checkpoint_event(
+                target.thread_id,
+                target.checkpoint_ns,
+                checkpoint,
+                serializable,
+                new_versions,
+                target.checkpoint_id,
+                known,
+            )
+
+        cache = self.cache
+        keys = self.keys(target.thread_id)
+        if cache is None:
+            yield Eval("append", keys, ("", *event(_nothing_known).fields))
+            return make_config(target.thread_id, target.checkpoint_ns, checkpoint_id)
+        scope = (target.thread_id, target.checkpoint_ns)
+        sent = event(lambda channel: cache.get((*scope, channel)))
+        reply = yield Eval("append", keys, (_bases(sent), *sent.fields))
+        if reply == b"stale":
+            # another writer, a prune or a re-put changed what a base was: send whole values
+            for channel, _, _ in sent.learned:
+                cache.drop((*scope, channel))
+            sent = event(_nothing_known)
+            reply = yield Eval("append", keys, ("", *sent.fields))
+        event_id = reply.decode()
+        for channel, field_name, known in sent.learned:
+            known.head = f"{event_id} {field_name}"
+            cache.put((*scope, channel), known)
         return make_config(target.thread_id, target.checkpoint_ns, checkpoint_id)
 
     def put_writes(
@@ -208,7 +233,7 @@ class Operations:
             task_path,
             str(run_id) if run_id is not None else "",
         )
-        yield Eval("append", self.keys(target.thread_id), fields)
+        yield Eval("append", self.keys(target.thread_id), ("", *fields))
 
     def get_tuple(self, config: RunnableConfig) -> Flow[CheckpointTuple | None]:
         target = target_of(config)
@@ -217,7 +242,13 @@ class Operations:
             self.keys(target.thread_id),
             (lp(target.checkpoint_ns), target.checkpoint_id or ""),
         )
-        return self.codec.checkpoint_tuple(target.thread_id, reply) if reply else None
+        if not reply:
+            return None
+        checkpoint_tuple, seen = self.codec.checkpoint_tuple(target.thread_id, reply)
+        if self.cache is not None:
+            for channel, known in seen.items():
+                self.cache.put((target.thread_id, target.checkpoint_ns, channel), known)
+        return checkpoint_tuple
 
     def list(
         self,
@@ -262,7 +293,7 @@ class Operations:
                     ),
                 )
                 for item in reply[1:]:
-                    yield Emit(self.codec.checkpoint_tuple(thread_id, item))
+                    yield Emit(self.codec.checkpoint_tuple(thread_id, item)[0])
                 if remaining is not None:
                     remaining -= len(reply) - 1
                 cursor = reply[0].decode()
@@ -340,6 +371,14 @@ class Operations:
         return sorted(
             thread_id_of(self.prefix, k.decode() if isinstance(k, bytes) else k) for k in keys
         )
+
+
+def _nothing_known(channel: str) -> Known | None:
+    return None
+
+
+def _bases(event: CheckpointEvent) -> bytes | str:
+    return ormsgpack.packb(event.bases) if event.bases else ""
 
 
 def _copy_of(source: str, entry_id: bytes | str) -> bytes:

@@ -20,7 +20,13 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.exceptions import ResponseError
 
-from ._base import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_PREFIX, StreamSaverBase, check_client
+from ._base import (
+    DEFAULT_DELTA_CACHE_BYTES,
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    DEFAULT_PREFIX,
+    StreamSaverBase,
+    check_client,
+)
 from ._errors import InvalidInputError, InvalidUsageError, translate
 from ._ops import Call, Eval, Flow, Op, T, adrive, aiterate
 from ._scripts import SOURCES
@@ -45,6 +51,7 @@ class AsyncRedisStreamSaver(StreamSaverBase):
         prefix: str = DEFAULT_PREFIX,
         serde: SerializerProtocol | None = None,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        delta_cache_bytes: int = DEFAULT_DELTA_CACHE_BYTES,
     ) -> None:
         if not isinstance(client, (aredis.Redis, AsyncRedisCluster)):
             raise InvalidInputError(
@@ -52,7 +59,12 @@ class AsyncRedisStreamSaver(StreamSaverBase):
                 f"{type(client).__name__}; for synchronous clients use RedisStreamSaver"
             )
         check_client(client, "AsyncRedisStreamSaver")
-        super().__init__(prefix=prefix, serde=serde, max_payload_bytes=max_payload_bytes)
+        super().__init__(
+            prefix=prefix,
+            serde=serde,
+            max_payload_bytes=max_payload_bytes,
+            delta_cache_bytes=delta_cache_bytes,
+        )
         self.client = client
         self._scripts = {name: client.register_script(src) for name, src in SOURCES.items()}
         self.server_version: tuple[int, ...] | None = None
@@ -70,11 +82,18 @@ class AsyncRedisStreamSaver(StreamSaverBase):
         prefix: str = DEFAULT_PREFIX,
         serde: SerializerProtocol | None = None,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        delta_cache_bytes: int = DEFAULT_DELTA_CACHE_BYTES,
     ) -> AsyncIterator[AsyncRedisStreamSaver]:
         """A saver on a client it creates from ``url`` and closes on exit."""
         client = aredis.Redis.from_url(url)
         try:
-            yield cls(client, prefix=prefix, serde=serde, max_payload_bytes=max_payload_bytes)
+            yield cls(
+                client,
+                prefix=prefix,
+                serde=serde,
+                max_payload_bytes=max_payload_bytes,
+                delta_cache_bytes=delta_cache_bytes,
+            )
         finally:
             await client.aclose()
 

@@ -20,7 +20,13 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from redis.cluster import RedisCluster
 from redis.exceptions import ResponseError
 
-from ._base import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_PREFIX, StreamSaverBase, check_client
+from ._base import (
+    DEFAULT_DELTA_CACHE_BYTES,
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    DEFAULT_PREFIX,
+    StreamSaverBase,
+    check_client,
+)
 from ._errors import InvalidInputError, translate
 from ._ops import Call, Eval, Flow, Op, T, drive, iterate
 from ._scripts import SOURCES
@@ -47,6 +53,7 @@ class RedisStreamSaver(StreamSaverBase):
         prefix: str = DEFAULT_PREFIX,
         serde: SerializerProtocol | None = None,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        delta_cache_bytes: int = DEFAULT_DELTA_CACHE_BYTES,
     ) -> None:
         if not isinstance(client, (redis.Redis, RedisCluster)):
             raise InvalidInputError(
@@ -54,7 +61,12 @@ class RedisStreamSaver(StreamSaverBase):
                 f"{type(client).__name__}; for redis.asyncio clients use AsyncRedisStreamSaver"
             )
         check_client(client, "RedisStreamSaver")
-        super().__init__(prefix=prefix, serde=serde, max_payload_bytes=max_payload_bytes)
+        super().__init__(
+            prefix=prefix,
+            serde=serde,
+            max_payload_bytes=max_payload_bytes,
+            delta_cache_bytes=delta_cache_bytes,
+        )
         self.client = client
         self._scripts = {name: client.register_script(src) for name, src in SOURCES.items()}
         self.server_version: tuple[int, ...] | None = None
@@ -68,11 +80,18 @@ class RedisStreamSaver(StreamSaverBase):
         prefix: str = DEFAULT_PREFIX,
         serde: SerializerProtocol | None = None,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        delta_cache_bytes: int = DEFAULT_DELTA_CACHE_BYTES,
     ) -> Iterator[RedisStreamSaver]:
         """A saver on a client it creates from ``url`` and closes on exit."""
         client = redis.Redis.from_url(url)
         try:
-            yield cls(client, prefix=prefix, serde=serde, max_payload_bytes=max_payload_bytes)
+            yield cls(
+                client,
+                prefix=prefix,
+                serde=serde,
+                max_payload_bytes=max_payload_bytes,
+                delta_cache_bytes=delta_cache_bytes,
+            )
         finally:
             client.close()
 

@@ -8,7 +8,9 @@
 --                  "r" .. lp(run_id) .. lp(ns) .. checkpoint_id   run index for delete_for_runs
 --   KEYS[3] ptr  hash of pointers into the log:
 --                  "c" .. lp(ns) .. checkpoint_id            -> id of the checkpoint's event
---                  "b" .. lp(ns) .. lp(channel) .. version   -> "<event id> <field>" of the value
+--                  "b" .. lp(ns) .. lp(channel) .. version   -> "<event id> <field>[ <base>]":
+--                      the event field holding the value, or, with a base version, holding the
+--                      items appended to the value of (channel, base) (see _delta.py)
 --                  "w" .. lp(ns) .. checkpoint_id            -> msgpack [task, idx, event id, pos, ...]
 -- lp() is a length prefix: it makes every composite member prefix-free, so no thread,
 -- namespace, channel or task name can collide with another whatever bytes it holds.

@@ -1,6 +1,6 @@
 -- prune(strategy="keep_latest") on one thread. The latest checkpoint of every namespace is
 -- re-appended as a self-contained event (every channel value it reads, not only the ones that
--- changed), followed by its still-pending writes; then everything older is trimmed and the
+-- changed, with the parts append values are made of), followed by its still-pending writes; then everything older is trimmed and the
 -- indexes are re-projected from what is left, so a replay of the log gives the same reads.
 -- KEYS: log ix ptr   Returns the number of log entries removed.
 local log, ix, ptr = KEYS[1], KEYS[2], KEYS[3]
@@ -35,14 +35,17 @@ for i, m in ipairs(members) do
     local eid, f = checkpoint_event(log, ptr, m, cache)
     local p = lp(f.ns)
     local ev = copy_header(f, '^b%d+$', 'nv')
+    -- every part of every value the checkpoint reads, with its links, so the trimmed log is
+    -- self-contained
     local cv, nv = cmsgpack.unpack(f.cv), {}
     for j = 1, #cv, 2 do
-      local val = blob_value(log, ptr, p, cv[j], cv[j + 1], cache)
-      if val then
-        ev[#ev + 1] = 'b' .. (#nv / 2)
-        ev[#ev + 1] = val
+      local links = value_chain(log, ptr, p, cv[j], cv[j + 1], cache) or {}
+      for _, link in ipairs(links) do
+        ev[#ev + 1] = 'b' .. (#nv / 3)
+        ev[#ev + 1] = link[3]
         nv[#nv + 1] = cv[j]
-        nv[#nv + 1] = cv[j + 1]
+        nv[#nv + 1] = link[1]
+        nv[#nv + 1] = link[2]
       end
     end
     ev[#ev + 1] = 'nv'

@@ -12,9 +12,16 @@ local function apply_checkpoint(log, ix, ptr, id, f)
   if f.run ~= nil and f.run ~= '' then
     redis.call('ZADD', ix, 0, 'r' .. lp(f.run) .. p .. f.id)
   end
+  -- nv: [channel, version, base, ...]; the i-th value is field b<i-1>; a base marks an
+  -- append part, whose earlier items are the value stored for (channel, base)
   local nv = cmsgpack.unpack(f.nv)
-  for i = 1, #nv, 2 do
-    redis.call('HSET', ptr, 'b' .. p .. lp(nv[i]) .. nv[i + 1], id .. ' b' .. ((i - 1) / 2))
+  for i = 1, #nv, 3 do
+    local ref = id .. ' b' .. ((i - 1) / 3)
+    if nv[i + 2] ~= '' then
+      ref = ref .. ' ' .. nv[i + 2]
+    end
+    -- a version names one value: the first stored stays, so a delta's base cannot change
+    redis.call('HSETNX', ptr, 'b' .. p .. lp(nv[i]) .. nv[i + 1], ref)
   end
 end
 

@@ -1,17 +1,42 @@
 -- Reading one checkpoint back: its event's header, the values of its channels (from whichever
 -- events stored them) and its pending writes. Returned as {event id, header, values, writes}:
 --   header  flat [field, value, ...] of the checkpoint event, without value fields
---   values  flat [channel, typed value, ...]
+--   values  flat [channel, version, head, parts, ...]: head is "<event id> <field>" of the
+--           newest part; parts, newest first, end with a whole value (see _delta.py)
 --   writes  flat [task, idx, task path, channel, typed value, ...]
 
-local function blob_value(log, ptr, p, channel, version, cache)
-  local ref = redis.call('HGET', ptr, 'b' .. p .. lp(channel) .. version)
-  if not ref then
-    return nil
+local function corrupt(what)
+  error({err = 'STREAMSAVER_CORRUPT ' .. what})
+end
+
+-- The links of (channel, version): {{version, base, part}, ...} from the newest part down to
+-- the whole value it extends, and the head reference; nil when nothing is stored.
+local function value_chain(log, ptr, p, channel, version, cache)
+  local links, head, v = {}, nil, version
+  while true do
+    local ref = redis.call('HGET', ptr, 'b' .. p .. lp(channel) .. v)
+    if not ref then
+      if head == nil then
+        return nil
+      end
+      corrupt('value of channel ' .. channel .. ' version ' .. v .. ' is missing below an append')
+    end
+    local s1 = string.find(ref, ' ', 1, true)
+    local s2 = string.find(ref, ' ', s1 + 1, true)
+    local eid = string.sub(ref, 1, s1 - 1)
+    local field = string.sub(ref, s1 + 1, (s2 or 0) - 1)
+    local f = entry_fields(log, eid, cache)
+    if f == nil or f[field] == nil then
+      corrupt('value of channel ' .. channel .. ' points at missing event ' .. eid)
+    end
+    head = head or (eid .. ' ' .. field)
+    local base = s2 and string.sub(ref, s2 + 1) or ''
+    links[#links + 1] = {v, base, f[field]}
+    if base == '' then
+      return links, head
+    end
+    v = base
   end
-  local sp = string.find(ref, ' ', 1, true)
-  local f = entry_fields(log, string.sub(ref, 1, sp - 1), cache)
-  return f and f[string.sub(ref, sp + 1)]
 end
 
 local function read_checkpoint(log, ptr, eid, f, cache)
@@ -26,10 +51,16 @@ local function read_checkpoint(log, ptr, eid, f, cache)
   local values = {}
   local cv = cmsgpack.unpack(f.cv)
   for i = 1, #cv, 2 do
-    local val = blob_value(log, ptr, p, cv[i], cv[i + 1], cache)
-    if val then
+    local links, head = value_chain(log, ptr, p, cv[i], cv[i + 1], cache)
+    if links then
+      local parts = {}
+      for j, link in ipairs(links) do
+        parts[j] = link[3]
+      end
       values[#values + 1] = cv[i]
-      values[#values + 1] = val
+      values[#values + 1] = cv[i + 1]
+      values[#values + 1] = head
+      values[#values + 1] = parts
     end
   end
   local writes = {}
@@ -59,7 +90,7 @@ local function checkpoint_event(log, ptr, member, cache)
   end
   local f = entry_fields(log, eid, cache)
   if f == nil then
-    error({err = 'STREAMSAVER_CORRUPT index entry ' .. member .. ' points at missing event ' .. eid})
+    corrupt('index entry ' .. member .. ' points at missing event ' .. eid)
   end
   return eid, f
 end

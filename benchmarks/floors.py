@@ -1,0 +1,247 @@
+"""The two floors every figure is held against.
+
+- The raw floor: the bytes a saver call carries, sent as one bare redis-py command per call
+  (``XADD`` for ``put`` and ``put_writes``, ``XREVRANGE`` for ``get_tuple`` and a ``list`` page),
+  prepared before timing. It is what Redis and the network cost with no saver logic at all.
+- The floor saver: ``InMemorySaver`` plus one bare ``PING`` round trip in each ``get_tuple``,
+  ``put``, ``put_writes`` and ``list`` page: serialization cost plus one round trip per call, the
+  least any network checkpointer can spend without caching.
+
+The raw floor replays a trace that :class:`RecordingSaver` captures while running the same
+workload untimed, so it sends exactly the bytes ``InMemorySaver`` stores for each call.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import redis
+import redis.asyncio
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    get_checkpoint_metadata,
+)
+from langgraph.checkpoint.memory import InMemorySaver
+
+__all__ = [
+    "AsyncPingFloorSaver",
+    "AsyncRawFloor",
+    "Op",
+    "PingFloorSaver",
+    "RawFloor",
+    "RecordingSaver",
+]
+
+_FILL_BATCH = 500
+
+
+@dataclass(frozen=True)
+class Op:
+    """One saver call as the raw floor sends it."""
+
+    kind: Literal["get", "list", "put", "writes"]
+    # field/value pairs of the XADD for put and writes
+    fields: tuple[bytes, ...] = ()
+    # entries a get or list reads back
+    count: int = 1
+
+
+class RecordingSaver(InMemorySaver):
+    """An ``InMemorySaver`` that also notes each call and the bytes it stores for it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._ops: list[Op] = []
+        # LangGraph calls put/put_writes from its background executor threads
+        self._lock = threading.Lock()
+
+    def take(self) -> list[Op]:
+        """The calls recorded since the last take."""
+        with self._lock:
+            ops, self._ops = self._ops, []
+        return ops
+
+    def _note(self, op: Op) -> None:
+        with self._lock:
+            self._ops.append(op)
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        self._note(Op("get"))
+        return super().get_tuple(config)
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        self._note(Op("list", count=limit or 10))
+        return super().list(config, filter=filter, before=before, limit=limit)
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        bare = checkpoint.copy()
+        values: dict[str, Any] = bare.pop("channel_values")  # type: ignore[misc]
+        fields = [
+            b"checkpoint",
+            self.serde.dumps_typed(bare)[1],
+            b"metadata",
+            self.serde.dumps_typed(get_checkpoint_metadata(config, metadata))[1],
+        ]
+        for channel in new_versions:
+            if channel in values:
+                fields += [channel.encode(), self.serde.dumps_typed(values[channel])[1]]
+        self._note(Op("put", tuple(fields)))
+        return super().put(config, checkpoint, metadata, new_versions)
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        fields = [b"task", task_id.encode()]
+        for channel, value in writes:
+            fields += [channel.encode(), self.serde.dumps_typed(value)[1]]
+        self._note(Op("writes", tuple(fields)))
+        super().put_writes(config, writes, task_id, task_path)
+
+
+def _command(key: str, op: Op) -> tuple[Any, ...]:
+    if op.kind in ("put", "writes"):
+        return ("XADD", key, "*", *op.fields)
+    return ("XREVRANGE", key, "+", "-", "COUNT", op.count)
+
+
+class RawFloor:
+    """Sends recorded calls as bare commands, one round trip each."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self.client = client
+
+    def run(self, key: str, ops: Sequence[Op]) -> None:
+        for op in ops:
+            self.client.execute_command(*_command(key, op))  # type: ignore[no-untyped-call]
+
+    def fill(self, key: str, op: Op, count: int) -> None:
+        """Append ``count`` copies of a put, pipelined: history depth setup, not a measurement."""
+        for start in range(0, count, _FILL_BATCH):
+            with self.client.pipeline(transaction=False) as pipe:
+                for _ in range(min(_FILL_BATCH, count - start)):
+                    pipe.execute_command(*_command(key, op))
+                pipe.execute()
+
+
+class AsyncRawFloor:
+    def __init__(self, client: redis.asyncio.Redis) -> None:
+        self.client = client
+
+    async def run(self, key: str, ops: Sequence[Op]) -> None:
+        for op in ops:
+            await self.client.execute_command(*_command(key, op))  # type: ignore[no-untyped-call]
+
+
+class PingFloorSaver(InMemorySaver):
+    """``InMemorySaver`` with one bare Redis round trip in each call a graph run makes."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        super().__init__()
+        self.client = client
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        self.client.ping()
+        return super().get_tuple(config)
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        self.client.ping()
+        return super().list(config, filter=filter, before=before, limit=limit)
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        self.client.ping()
+        return super().put(config, checkpoint, metadata, new_versions)
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        self.client.ping()
+        super().put_writes(config, writes, task_id, task_path)
+
+
+class AsyncPingFloorSaver(InMemorySaver):
+    """The async floor: the round trip is awaited, then ``InMemorySaver``'s sync body runs.
+
+    ``InMemorySaver``'s async methods call ``self.get_tuple`` and friends, so these call the
+    base class's sync methods directly to avoid a second, blocking round trip.
+    """
+
+    def __init__(self, client: redis.asyncio.Redis) -> None:
+        super().__init__()
+        self.client = client
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        await self.client.ping()
+        return InMemorySaver.get_tuple(self, config)
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        await self.client.ping()
+        for item in InMemorySaver.list(self, config, filter=filter, before=before, limit=limit):
+            yield item
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        await self.client.ping()
+        return InMemorySaver.put(self, config, checkpoint, metadata, new_versions)
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        await self.client.ping()
+        InMemorySaver.put_writes(self, config, writes, task_id, task_path)

@@ -1,0 +1,104 @@
+"""Append-only channel values stored as their new items (principle 7). No I/O.
+
+LangGraph's serde encodes a list as one msgpack array: a header, then each item's encoding in
+turn. When a channel's new encoding has the same items' bytes as a value already stored, only
+the new items' bytes (the tail) are stored, with a link to that base. Reading concatenates the
+parts and decodes once, so a reader gets back the very bytes the serde produced: values are
+compared as bytes, never as objects, and anything that is not a msgpack array is stored whole.
+
+A new full value (a snapshot) is stored once the tails since the last snapshot outweigh it, or
+the chain reaches MAX_CHAIN parts, so storage stays proportional to the data and a read follows
+a bounded number of links.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+
+__all__ = ["MAX_CHAIN", "DeltaCache", "Known", "array_header", "split_array"]
+
+MAX_CHAIN = 128
+
+
+def split_array(data: bytes) -> tuple[int, int] | None:
+    """(item count, header length) of a msgpack array, or None for anything else."""
+    if not data:
+        return None
+    first = data[0]
+    if 0x90 <= first <= 0x9F:
+        return first & 0x0F, 1
+    if first == 0xDC and len(data) >= 3:
+        return struct.unpack_from(">H", data, 1)[0], 3
+    if first == 0xDD and len(data) >= 5:
+        return struct.unpack_from(">I", data, 1)[0], 5
+    return None
+
+
+def array_header(count: int) -> bytes:
+    if count < 16:
+        return bytes([0x90 | count])
+    if count < 0x10000:
+        return b"\xdc" + struct.pack(">H", count)
+    return b"\xdd" + struct.pack(">I", count)
+
+
+@dataclass(slots=True)
+class Known:
+    """A list value this process knows is stored, as a possible base for the next tail."""
+
+    version: str  # version key (see _codec.version_key)
+    head: str  # "<event id> <field>" of its newest part: the script checks it before appending
+    body: bytes  # the items' encodings, without the array header
+    count: int
+    chain: int  # tails since the snapshot
+    chain_bytes: int
+    snapshot_bytes: int
+
+    def extend(self, data: bytes, count: int, header: int) -> bytes | None:
+        """The tail that turns this value into ``data``, if the policy allows one."""
+        body = memoryview(data)[header:]
+        if count < self.count or body[: len(self.body)] != self.body:
+            return None
+        tail = bytes(body[len(self.body) :])
+        if self.chain + 1 > MAX_CHAIN or self.chain_bytes + len(tail) > self.snapshot_bytes:
+            return None
+        return tail
+
+
+class DeltaCache:
+    """Per (thread, namespace, channel), the last list value seen stored; LRU by bytes."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._entries: OrderedDict[tuple[str, str, str], Known] = OrderedDict()
+        self._bytes = 0
+        # the sync saver is called from LangGraph's background threads
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[str, str, str]) -> Known | None:
+        with self._lock:
+            known = self._entries.get(key)
+            if known is not None:
+                self._entries.move_to_end(key)
+            return known
+
+    def put(self, key: tuple[str, str, str], known: Known) -> None:
+        if len(known.body) > self.max_bytes:
+            self.drop(key)
+            return
+        with self._lock:
+            old = self._entries.pop(key, None)
+            self._bytes += len(known.body) - (len(old.body) if old else 0)
+            self._entries[key] = known
+            while self._bytes > self.max_bytes:
+                _, evicted = self._entries.popitem(last=False)
+                self._bytes -= len(evicted.body)
+
+    def drop(self, key: tuple[str, str, str]) -> None:
+        with self._lock:
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self._bytes -= len(old.body)

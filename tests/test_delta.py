@@ -1,0 +1,224 @@
+"""Append-only list values stored as their new items (principle 7), on a real Redis."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ormsgpack
+import redis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from langchain_core.messages import AIMessage, HumanMessage
+from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
+
+from streamsaver import RedisStreamSaver
+from streamsaver._delta import MAX_CHAIN
+from streamsaver._keys import thread_keys
+
+
+class Thread:
+    """Puts checkpoints like LangGraph: new versions only for the channels that changed."""
+
+    def __init__(self, saver: RedisStreamSaver, thread_id: str = "t", ns: str = "") -> None:
+        self.saver, self.thread_id, self.ns = saver, thread_id, ns
+        self.versions: dict[str, Any] = {}
+        self.values: dict[str, Any] = {}
+        self.parent: dict[str, Any] | None = None
+        self.history: list[tuple[dict[str, Any], dict[str, Any]]] = []
+
+    def put(self, **changed: Any) -> dict[str, Any]:
+        new_versions = {
+            ch: self.saver.get_next_version(self.versions.get(ch), None) for ch in changed
+        }
+        self.versions.update(new_versions)
+        self.values.update(changed)
+        configurable = {"thread_id": self.thread_id, "checkpoint_ns": self.ns}
+        if self.parent:
+            configurable["checkpoint_id"] = self.parent["configurable"]["checkpoint_id"]
+        cp = generate_checkpoint(
+            channel_values=dict(self.values), channel_versions=dict(self.versions)
+        )
+        step = len(self.history)
+        self.parent = dict(
+            self.saver.put(
+                {"configurable": configurable}, cp, generate_metadata(step=step), new_versions
+            )
+        )
+        self.history.append(
+            (
+                self.parent,
+                {k: list(v) if isinstance(v, list) else v for k, v in self.values.items()},
+            )
+        )
+        return self.parent
+
+    def fork(self, at: int) -> Thread:
+        other = Thread(self.saver, self.thread_id, self.ns)
+        other.parent, snapshot = self.history[at]
+        other.values = dict(snapshot)
+        got = self.saver.get_tuple(other.parent)
+        assert got is not None
+        other.versions = dict(got.checkpoint["channel_versions"])
+        other.history = list(self.history)
+        return other
+
+    def assert_reads_back(self) -> None:
+        for config, values in self.history:
+            got = self.saver.get_tuple(config)
+            assert got is not None
+            assert got.checkpoint["channel_values"] == values
+
+
+def _value_fields(client: redis.Redis, prefix: str, thread_id: str = "t") -> list[tuple[str, int]]:
+    """(type of each stored channel value, its encoded size), in log order."""
+    out = []
+    for _, fields in client.xrange(thread_keys(prefix, thread_id).log):
+        for name, raw in fields.items():
+            if name.startswith(b"b") and name[1:].isdigit():
+                out.append((ormsgpack.unpackb(raw)[0], len(raw)))
+    return out
+
+
+def test_a_growing_conversation_stores_each_message_about_once(
+    sync_saver: RedisStreamSaver, redis_client: redis.Redis
+) -> None:
+    thread = Thread(sync_saver)
+    messages: list[Any] = []
+    for n in range(200):
+        messages = [*messages, HumanMessage(f"question {n} " + "x" * 150, id=f"h{n}")]
+        thread.put(messages=messages, turn=n)
+    thread.assert_reads_back()
+    stored = [
+        (t, size)
+        for t, size in _value_fields(redis_client, sync_saver.prefix)
+        if t != "msgpack" or size > 300
+    ]
+    kinds = [t for t, _ in stored]
+    assert kinds.count("append") > 150
+    total = sum(size for _, size in stored)
+    final = len(ormsgpack.packb(sync_saver.serde.dumps_typed(messages)))
+    # whole copies would cost ~100x the final value; parts plus geometric snapshots stay small
+    assert total < 4 * final
+
+
+def test_chains_are_bounded_by_snapshots(
+    sync_saver: RedisStreamSaver, redis_client: redis.Redis
+) -> None:
+    thread = Thread(sync_saver)
+    items: list[str] = ["x" * 5000]  # a big first item: tails never outweigh the snapshot
+    for n in range(MAX_CHAIN + 10):
+        items = [*items, f"i{n}"]
+        thread.put(items=items)
+    thread.assert_reads_back()
+    kinds = [t for t, _ in _value_fields(redis_client, sync_saver.prefix)]
+    run = longest = 0
+    for kind in kinds:
+        run = run + 1 if kind == "append" else 0
+        longest = max(longest, run)
+    assert longest == MAX_CHAIN
+    assert kinds.count("msgpack") == 2
+
+
+def test_forks_read_their_own_branch(sync_saver: RedisStreamSaver) -> None:
+    main = Thread(sync_saver)
+    for n in range(6):
+        main.put(log=[f"m{i}" for i in range(n + 1)])
+    fork = main.fork(at=2)
+    for n in range(4):
+        fork.put(log=[*fork.values["log"], f"f{n}"])
+    main.put(log=[*main.values["log"], "m-last"])
+    main.assert_reads_back()
+    fork.assert_reads_back()
+
+
+def test_a_second_writer_and_a_prune_never_corrupt_appends(
+    sync_saver: RedisStreamSaver, redis_client: redis.Redis
+) -> None:
+    a = Thread(sync_saver)
+    for n in range(5):
+        a.put(log=[f"a{i}" for i in range(n + 1)])
+    # another process (its own cache) prunes the thread: every base a's cache knows is trimmed
+    other = RedisStreamSaver(redis_client, prefix=sync_saver.prefix)
+    other.prune(["t"], strategy="keep_latest")
+    a.history = a.history[-1:]
+    a.put(log=[*a.values["log"], "after-prune"])
+    a.put(log=[*a.values["log"], "again"])
+    a.assert_reads_back()
+    assert _value_fields(redis_client, sync_saver.prefix)[-1][0] == "append"
+    assert sync_saver.verify("t")[2] == []
+
+
+def test_values_that_are_not_appends_are_stored_whole(
+    sync_saver: RedisStreamSaver, redis_client: redis.Redis
+) -> None:
+    thread = Thread(sync_saver)
+    thread.put(log=["a", "b", "c"], obj={"k": 1})
+    thread.put(log=["a", "b"])  # shrank
+    thread.put(log=["z", "b", "c"])  # rewrote the first item
+    thread.put(log=["z", "b", "c", "d"], obj={"k": 2})
+    thread.assert_reads_back()
+    kinds = [t for t, _ in _value_fields(redis_client, sync_saver.prefix)]
+    assert kinds == ["msgpack", "msgpack", "msgpack", "msgpack", "append", "msgpack"]
+
+
+def test_prune_copy_and_replay_keep_append_values(
+    sync_saver: RedisStreamSaver, redis_client: redis.Redis
+) -> None:
+    thread = Thread(sync_saver)
+    for n in range(30):
+        thread.put(messages=[AIMessage(f"m{i}", id=f"a{i}") for i in range(n + 1)])
+    thread.assert_reads_back()
+    sync_saver.copy_thread("t", "copy")
+    for (config, values), got in zip(
+        thread.history[::-1], sync_saver.list({"configurable": {"thread_id": "copy"}}), strict=True
+    ):
+        assert got.checkpoint["channel_values"] == values
+        assert got.checkpoint["id"] == config["configurable"]["checkpoint_id"]
+    latest = sync_saver.get_tuple({"configurable": {"thread_id": "t"}})
+    sync_saver.prune(["t"], strategy="keep_latest")
+    assert sync_saver.get_tuple({"configurable": {"thread_id": "t"}}) == latest
+    assert sync_saver.rebuild("t") == (1, 0)
+    assert sync_saver.get_tuple({"configurable": {"thread_id": "t"}}) == latest
+    thread.history = thread.history[-1:]
+    thread.put(messages=[*thread.values["messages"], AIMessage("after", id="z")])
+    thread.assert_reads_back()
+
+
+edits = st.lists(
+    st.one_of(
+        st.tuples(st.just("append"), st.lists(st.text(max_size=5), max_size=3)),
+        st.tuples(st.just("truncate"), st.integers(0, 5)),
+        st.tuples(st.just("replace"), st.lists(st.integers(-(2**63), 2**63 - 1), max_size=4)),
+        st.tuples(st.just("fork"), st.integers(0, 30)),
+    ),
+    min_size=1,
+    max_size=25,
+)
+
+
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(edits)
+def test_any_sequence_of_list_edits_reads_back_exactly(
+    redis_client: redis.Redis, prefix: str, steps: list[tuple[str, Any]]
+) -> None:
+    saver = RedisStreamSaver(redis_client, prefix=prefix)
+    thread_id = f"p{abs(hash(repr(steps)))}"
+    threads = [Thread(saver, thread_id)]
+    thread = threads[0]
+    thread.put(items=[])
+    for op, arg in steps:
+        items = list(thread.values["items"])
+        if op == "append":
+            thread.put(items=[*items, *arg])
+        elif op == "truncate":
+            thread.put(items=items[:arg])
+        elif op == "replace":
+            thread.put(items=arg)
+        else:
+            thread = thread.fork(min(arg, len(thread.history) - 1))
+            threads.append(thread)
+    for t in threads:
+        t.assert_reads_back()
+    assert saver.verify(thread_id)[2] == []
