@@ -83,9 +83,18 @@ class AsyncRedisStreamSaver(StreamSaverBase):
         serde: SerializerProtocol | None = None,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         delta_cache_bytes: int = DEFAULT_DELTA_CACHE_BYTES,
+        cluster: bool | None = None,
     ) -> AsyncIterator[AsyncRedisStreamSaver]:
-        """A saver on a client it creates from ``url`` and closes on exit."""
-        client = aredis.Redis.from_url(url)
+        """A saver on a client it creates from ``url`` and closes on exit. ``cluster``: use a
+        ``RedisCluster`` client; ``None`` asks the server (``INFO cluster``) and follows it."""
+        client: AsyncClient
+        if cluster is None:
+            probe = aredis.Redis.from_url(url)
+            try:
+                cluster = bool((await probe.info("cluster")).get("cluster_enabled"))
+            finally:
+                await probe.aclose()
+        client = AsyncRedisCluster.from_url(url) if cluster else aredis.Redis.from_url(url)
         try:
             yield cls(
                 client,

@@ -81,9 +81,15 @@ class RedisStreamSaver(StreamSaverBase):
         serde: SerializerProtocol | None = None,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         delta_cache_bytes: int = DEFAULT_DELTA_CACHE_BYTES,
+        cluster: bool | None = None,
     ) -> Iterator[RedisStreamSaver]:
-        """A saver on a client it creates from ``url`` and closes on exit."""
-        client = redis.Redis.from_url(url)
+        """A saver on a client it creates from ``url`` and closes on exit. ``cluster``: use a
+        ``RedisCluster`` client; ``None`` asks the server (``INFO cluster``) and follows it."""
+        client: SyncClient
+        if cluster is None:
+            with redis.Redis.from_url(url) as probe:
+                cluster = bool(probe.info("cluster").get("cluster_enabled"))
+        client = RedisCluster.from_url(url) if cluster else redis.Redis.from_url(url)
         try:
             yield cls(
                 client,

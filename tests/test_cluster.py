@@ -1,0 +1,148 @@
+"""streamsaver on a real 3-primary Redis Cluster started for this module: the official
+conformance suite, LangGraph graphs against InMemorySaver, and the cross-shard operations."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+from uuid import uuid4
+
+import pytest
+import redis.asyncio.cluster as acluster
+from langgraph.checkpoint.conformance import checkpointer_test, validate
+from langgraph.checkpoint.memory import InMemorySaver
+from redis.cluster import RedisCluster
+
+from streamsaver import AsyncRedisStreamSaver, RedisStreamSaver
+from streamsaver._keys import thread_keys
+from streamsaver.embedded import EmbeddedCluster
+from tests import graphs
+from tests.test_conformance import SyncDriven, _assert_all_passed
+from tests.test_graphs import assert_same
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[EmbeddedCluster]:
+    with EmbeddedCluster(3) as started:
+        yield started
+
+
+@pytest.fixture
+def saver(cluster: EmbeddedCluster) -> Iterator[RedisStreamSaver]:
+    client = RedisCluster.from_url(cluster.url)
+    yield RedisStreamSaver(client, prefix=f"c{uuid4().hex[:8]}")
+    client.close()
+
+
+def _config(thread_id: str, **configurable: Any) -> Any:
+    return {"configurable": {"thread_id": thread_id, "checkpoint_ns": "", **configurable}}
+
+
+def _put(saver: RedisStreamSaver, thread_id: str, run_id: str, parent: Any = None) -> Any:
+    config = _config(thread_id, **({"checkpoint_id": parent} if parent else {}))
+    checkpoint: Any = {
+        "v": 1, "id": str(uuid4()), "ts": "", "channel_values": {"log": [run_id]},
+        "channel_versions": {"log": saver.get_next_version(None, None)}, "versions_seen": {},
+        "updated_channels": None,
+    }  # fmt: skip
+    versions = checkpoint["channel_versions"]
+    stored = saver.put(config, checkpoint, {"run_id": run_id, "step": 0}, versions)
+    saver.put_writes(stored, [("log", run_id)], "task")
+    return stored
+
+
+def _threads_on_every_primary(saver: RedisStreamSaver, count: int = 12) -> list[str]:
+    client = saver.client
+    assert isinstance(client, RedisCluster)
+    threads = [f"thread:{n}" for n in range(count)]
+    owners = {client.get_node_from_key(thread_keys(saver.prefix, t).log).name for t in threads}
+    assert len(owners) == 3, "the test threads must spread over all three primaries"
+    return threads
+
+
+async def test_async_saver_conformance_on_cluster(cluster: EmbeddedCluster) -> None:
+    async def factory() -> AsyncIterator[AsyncRedisStreamSaver]:
+        client = acluster.RedisCluster.from_url(cluster.url)
+        yield AsyncRedisStreamSaver(client, prefix=f"c{uuid4().hex[:8]}")
+        await client.aclose()
+
+    _assert_all_passed(await validate(checkpointer_test(name="async@cluster")(factory)))
+
+
+async def test_sync_saver_conformance_on_cluster(cluster: EmbeddedCluster) -> None:
+    async def factory() -> AsyncIterator[SyncDriven]:
+        client = RedisCluster.from_url(cluster.url)
+        yield SyncDriven(RedisStreamSaver(client, prefix=f"c{uuid4().hex[:8]}"))
+        client.close()
+
+    _assert_all_passed(await validate(checkpointer_test(name="sync@cluster")(factory)))
+
+
+@pytest.mark.parametrize(
+    "scenario",
+    [graphs.linear, graphs.hitl, graphs.time_travel, graphs.subgraph, graphs.send_fanout],
+    ids=lambda f: f.__name__,
+)
+def test_graphs_match_inmemory_on_cluster(saver: RedisStreamSaver, scenario: Any) -> None:
+    reference = scenario(InMemorySaver())
+    assert reference["history"], "the scenario must produce a history to compare"
+    assert_same(scenario(saver), reference)
+
+
+async def test_async_graphs_match_inmemory_on_cluster(cluster: EmbeddedCluster) -> None:
+    async with AsyncRedisStreamSaver.from_conn_string(cluster.url, prefix="ca") as asaver:
+        assert isinstance(asaver.client, acluster.RedisCluster)  # detected from the server
+        reference = await graphs.astreamed_review(InMemorySaver())
+        assert_same(await graphs.astreamed_review(asaver), reference)
+
+
+def test_cross_shard_list_delete_for_runs_and_copy(saver: RedisStreamSaver) -> None:
+    threads = _threads_on_every_primary(saver)
+    for n, thread_id in enumerate(threads):
+        first = _put(saver, thread_id, run_id="shared-run")
+        _put(saver, thread_id, run_id=f"own-{n}", parent=first["configurable"]["checkpoint_id"])
+    assert saver.threads() == sorted(threads)
+    listed = list(saver.list(None))
+    assert len(listed) == 2 * len(threads)
+    assert {t.config["configurable"]["thread_id"] for t in listed} == set(threads)
+    assert len(list(saver.list(None, filter={"run_id": "shared-run"}))) == len(threads)
+    assert len(list(saver.list(None, limit=5))) == 5
+
+    saver.delete_for_runs(["shared-run", "own-3"])
+    remaining = list(saver.list(None))
+    assert {t.metadata["run_id"] for t in remaining} == {
+        f"own-{n}" for n in range(len(threads)) if n != 3
+    }
+
+    saver.copy_thread(threads[0], "copy:elsewhere")
+    assert [t.checkpoint for t in saver.list(_config("copy:elsewhere"))] == [
+        t.checkpoint for t in saver.list(_config(threads[0]))
+    ]
+    for thread_id in [*threads, "copy:elsewhere"]:
+        assert saver.verify(thread_id)[2] == []
+    saver.prune(threads[:6], strategy="delete")
+    assert saver.threads() == sorted([*threads[6:], "copy:elsewhere"])
+
+
+def test_command_line_detects_the_cluster(
+    cluster: EmbeddedCluster, saver: RedisStreamSaver
+) -> None:
+    threads = _threads_on_every_primary(saver)
+    for thread_id in threads:
+        _put(saver, thread_id, run_id="r")
+    env = {**os.environ, "REDIS_URL": cluster.url}
+    out = subprocess.run(
+        [sys.executable, "-m", "projector", "verify", "--all", "--prefix", saver.prefix],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    assert (
+        f"verified {len(threads)} threads ({2 * len(threads)} events): 0 with differences"
+        in out.stdout
+    )
