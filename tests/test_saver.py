@@ -169,7 +169,7 @@ def test_replay_rebuilds_byte_identical_reads(
     assert redis_client.delete(*derived) == len(derived)
     assert reads() != before  # the indexes really were gone
     for t in [*threads, "copy"]:
-        applied, skipped = sync_saver.rebuild(t)
+        applied, skipped, _ = sync_saver.rebuild(t)
         assert applied > 0 and skipped == 0
     assert reads() == before
 
@@ -181,7 +181,12 @@ def test_unknown_event_kinds_are_skipped_by_replay(
     log = thread_keys(sync_saver.prefix, "t").log
     redis_client.xadd(log, {"k": "from-the-future", "sv": "1"})
     redis_client.xadd(log, {"k": "checkpoint", "sv": "99"})
-    assert sync_saver.rebuild("t") == (1, 2)
+    replay = sync_saver.rebuild("t")
+    assert replay[:2] == (1, 2)
+    assert [p.split(" ", 1)[1] for p in replay.problems] == [
+        "unknown kind from-the-future",
+        "schema version 99",
+    ]
     got = sync_saver.get_tuple(generate_config("t"))
     assert got is not None and got.config == stored
 
@@ -224,7 +229,7 @@ def test_prune_keep_latest_keeps_values_first_written_by_pruned_checkpoints(
     assert len(list(sync_saver.list(generate_config("t")))) == 1
     log = thread_keys(sync_saver.prefix, "t").log
     assert redis_client.xlen(log) == 2  # the self-contained checkpoint and its writes
-    assert sync_saver.rebuild("t") == (2, 0)
+    assert sync_saver.rebuild("t")[:2] == (2, 0)
     assert sync_saver.get_tuple(generate_config("t")) == before
 
 

@@ -11,6 +11,7 @@ from ._errors import (
     StreamSaverError,
     UnsupportedServerError,
 )
+from ._ops import Replay
 from .aio import AsyncRedisStreamSaver
 from .saver import RedisStreamSaver
 
@@ -25,6 +26,7 @@ __all__ = [
     "InvalidUsageError",
     "PayloadTooLargeError",
     "RedisStreamSaver",
+    "Replay",
     "StreamSaverError",
     "UnsupportedServerError",
 ]

@@ -26,7 +26,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ._config import make_config
 from ._delta import Known, array_header, split_array
-from ._errors import InvalidInputError, PayloadTooLargeError
+from ._errors import CorruptIndexError, InvalidInputError, PayloadTooLargeError
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -286,6 +286,20 @@ class Codec:
         self, thread_id: str, reply: Sequence[Any]
     ) -> tuple[CheckpointTuple, dict[str, Known]]:
         """Decode read.lua's ``{event id, header, values, writes}``, and the list values seen."""
+        try:
+            return self._checkpoint_tuple(thread_id, reply)
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
+            # ormsgpack's decode errors are ValueErrors; anything else here is a log entry
+            # that was written by hand or by a broken writer
+            eid = reply[0].decode(errors="replace") if reply else "?"
+            raise CorruptIndexError(
+                f"event {eid} of thread {thread_id!r} cannot be decoded ({exc!r}); inspect it "
+                f"with XRANGE, remove or repair it, then rebuild the thread"
+            ) from exc
+
+    def _checkpoint_tuple(
+        self, thread_id: str, reply: Sequence[Any]
+    ) -> tuple[CheckpointTuple, dict[str, Known]]:
         _, header_flat, values_flat, writes_flat = reply
         header = {k.decode(): v for k, v in _pairs(header_flat)}
         ns = header["ns"].decode()

@@ -13,7 +13,7 @@ import builtins
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import ormsgpack
 from langchain_core.runnables import RunnableConfig
@@ -36,6 +36,7 @@ __all__ = [
     "Emit",
     "Eval",
     "Operations",
+    "Replay",
     "ScanLogs",
     "adrive",
     "aiterate",
@@ -47,6 +48,14 @@ T = TypeVar("T")
 MIN_SERVER = (6, 2)
 _PAGE = 100
 _COPY_BATCH = 200
+
+
+class Replay(NamedTuple):
+    """What a rebuild did: events re-projected, events skipped, and why (first 100)."""
+
+    applied: int
+    skipped: int
+    problems: builtins.list[str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -355,10 +364,10 @@ class Operations:
             else:
                 yield Eval("compact", keys, ())
 
-    def rebuild(self, thread_id: str) -> Flow[tuple[int, int]]:
+    def rebuild(self, thread_id: str) -> Flow[Replay]:
         keys = self.keys(thread_id_str(thread_id, "thread_id"))
-        applied, skipped = yield Eval("replay", keys, ())
-        return int(applied), int(skipped)
+        applied, skipped, *problems = yield Eval("replay", keys, ())
+        return Replay(int(applied), int(skipped), [p.decode(errors="replace") for p in problems])
 
     def verify(self, thread_id: str) -> Flow[tuple[int, int, builtins.list[str]]]:
         """Replay into scratch keys and diff with the live indexes: (applied, skipped, diffs)."""

@@ -28,7 +28,7 @@ from ._base import (
     check_client,
 )
 from ._errors import InvalidInputError, InvalidUsageError, translate
-from ._ops import Call, Eval, Flow, Op, T, adrive, aiterate
+from ._ops import Call, Eval, Flow, Op, Replay, T, adrive, aiterate
 from ._scripts import SOURCES
 
 __all__ = ["AsyncRedisStreamSaver"]
@@ -174,8 +174,9 @@ class AsyncRedisStreamSaver(StreamSaverBase):
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         await self._run(self._ops.prune(thread_ids, strategy))
 
-    async def arebuild(self, thread_id: str) -> tuple[int, int]:
-        """Re-project the thread's indexes from its log; returns (applied, skipped) events."""
+    async def arebuild(self, thread_id: str) -> Replay:
+        """Re-project the thread's indexes from its log: events applied, events skipped
+        (unknown kind, newer schema, malformed) and why."""
         return await self._run(self._ops.rebuild(thread_id))
 
     async def averify(self, thread_id: str) -> tuple[int, int, builtins.list[str]]:

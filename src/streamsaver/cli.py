@@ -97,6 +97,9 @@ def _maintain(args: argparse.Namespace, prog: str) -> int:
         targets = saver.threads() if args.all else args.thread
         if args.command == "rebuild":
             report = rebuild_threads(saver, targets, progress_bar())
+            for thread_id, problems in report.problems.items():
+                for problem in problems:
+                    print(f"{thread_id!r}: skipped {problem}")
             print(
                 f"rebuilt {report.threads} threads: {report.applied} events applied, "
                 f"{report.skipped} skipped (unknown kind or newer schema)"

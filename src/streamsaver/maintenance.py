@@ -21,6 +21,7 @@ class Report:
     applied: int = 0
     skipped: int = 0
     differences: dict[str, list[str]] = field(default_factory=dict)
+    problems: dict[str, list[str]] = field(default_factory=dict)  # skipped events, and why
 
 
 def progress_bar(stream: TextIO = sys.stderr, label: str = "threads") -> Progress | None:
@@ -55,9 +56,11 @@ def rebuild_threads(
     saver: RedisStreamSaver, thread_ids: Sequence[str], progress: Progress | None = None
 ) -> Report:
     def rebuild(thread_id: str, report: Report) -> None:
-        applied, skipped = saver.rebuild(thread_id)
-        report.applied += applied
-        report.skipped += skipped
+        replay = saver.rebuild(thread_id)
+        report.applied += replay.applied
+        report.skipped += replay.skipped
+        if replay.problems:
+            report.problems[thread_id] = replay.problems
 
     return _each(thread_ids, rebuild, progress)
 

@@ -28,7 +28,7 @@ from ._base import (
     check_client,
 )
 from ._errors import InvalidInputError, translate
-from ._ops import Call, Eval, Flow, Op, T, drive, iterate
+from ._ops import Call, Eval, Flow, Op, Replay, T, drive, iterate
 from ._scripts import SOURCES
 
 __all__ = ["RedisStreamSaver"]
@@ -166,8 +166,9 @@ class RedisStreamSaver(StreamSaverBase):
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         self._run(self._ops.prune(thread_ids, strategy))
 
-    def rebuild(self, thread_id: str) -> tuple[int, int]:
-        """Re-project the thread's indexes from its log; returns (applied, skipped) events."""
+    def rebuild(self, thread_id: str) -> Replay:
+        """Re-project the thread's indexes from its log: events applied, events skipped
+        (unknown kind, newer schema, malformed) and why."""
         return self._run(self._ops.rebuild(thread_id))
 
     def verify(self, thread_id: str) -> tuple[int, int, builtins.list[str]]:

@@ -3,7 +3,56 @@
 -- it for stored entries, so incremental indexes and rebuilt ones cannot drift apart.
 -- Nothing here may fail once the event is appended: Redis does not roll a script back.
 
-local function apply_checkpoint(log, ix, ptr, id, f)
+-- Each kind has a check, which decodes and validates everything its apply needs, and an apply,
+-- which only writes. A stored entry that fails its check (hand-written, truncated, from a buggy
+-- writer) is skipped whole by replay and refused by append before anything is written.
+
+local function unpack_list(raw, stride, what)
+  if type(raw) ~= 'string' then
+    return nil, 'no ' .. what
+  end
+  local ok, list = pcall(cmsgpack.unpack, raw)
+  if not ok or type(list) ~= 'table' or #list % stride ~= 0 then
+    return nil, 'bad ' .. what
+  end
+  return list
+end
+
+local function all_strings(list, from, stride)
+  for i = from, #list, stride do
+    if type(list[i]) ~= 'string' then
+      return false
+    end
+  end
+  return true
+end
+
+local function check_checkpoint(f)
+  if type(f.ns) ~= 'string' or type(f.id) ~= 'string' or f.id == '' then
+    return nil, 'no ns or id'
+  end
+  local ok, meta = pcall(cmsgpack.unpack, f.meta or '')
+  if type(f.cp) ~= 'string' or not ok or type(meta) ~= 'table' then
+    return nil, 'bad cp or meta'
+  end
+  local cv, why = unpack_list(f.cv, 2, 'cv')
+  if not cv or not all_strings(cv, 1, 1) then
+    return nil, why or 'bad cv'
+  end
+  local nv
+  nv, why = unpack_list(f.nv, 3, 'nv')
+  if not nv or not all_strings(nv, 1, 1) then
+    return nil, why or 'bad nv'
+  end
+  for i = 1, #nv, 3 do
+    if type(f['b' .. ((i - 1) / 3)]) ~= 'string' then
+      return nil, 'missing value field'
+    end
+  end
+  return nv
+end
+
+local function apply_checkpoint(log, ix, ptr, id, f, nv)
   local p = lp(f.ns)
   local member = 'c' .. p .. f.id
   redis.call('ZADD', ix, 0, member)
@@ -14,7 +63,6 @@ local function apply_checkpoint(log, ix, ptr, id, f)
   end
   -- nv: [channel, version, base, ...]; the i-th value is field b<i-1>; a base marks an
   -- append part, whose earlier items are the value stored for (channel, base)
-  local nv = cmsgpack.unpack(f.nv)
   for i = 1, #nv, 3 do
     local ref = id .. ' b' .. ((i - 1) / 3)
     if nv[i + 2] ~= '' then
@@ -25,7 +73,27 @@ local function apply_checkpoint(log, ix, ptr, id, f)
   end
 end
 
-local function apply_writes(log, ix, ptr, id, f)
+local function check_writes(f)
+  if type(f.ns) ~= 'string' or type(f.id) ~= 'string' or type(f.task) ~= 'string' then
+    return nil, 'no ns, id or task'
+  end
+  if type(f.path) ~= 'string' then
+    return nil, 'no path'
+  end
+  local wi, why = unpack_list(f.wi, 2, 'wi')
+  if not wi then
+    return nil, why
+  end
+  for i = 1, #wi, 2 do
+    if type(wi[i]) ~= 'string' or type(wi[i + 1]) ~= 'number'
+        or type(f['w' .. ((i - 1) / 2)]) ~= 'string' then
+      return nil, 'bad write ' .. ((i - 1) / 2)
+    end
+  end
+  return wi
+end
+
+local function apply_writes(log, ix, ptr, id, f, wi)
   local key = 'w' .. lp(f.ns) .. f.id
   local cur = redis.call('HGET', ptr, key)
   local list = {}
@@ -36,7 +104,6 @@ local function apply_writes(log, ix, ptr, id, f)
   for i = 1, #list, 4 do
     at[lp(list[i]) .. list[i + 1]] = i
   end
-  local wi = cmsgpack.unpack(f.wi)
   for i = 1, #wi, 2 do
     local idx = wi[i + 1]
     local pos = (i - 1) / 2
@@ -58,8 +125,15 @@ local function apply_writes(log, ix, ptr, id, f)
   redis.call('HSET', ptr, key, cmsgpack.pack(list))
 end
 
-local function apply_delete(log, ix, ptr, id, f)
-  local items = cmsgpack.unpack(f.items)
+local function check_delete(f)
+  local items, why = unpack_list(f.items, 2, 'items')
+  if not items or not all_strings(items, 1, 1) then
+    return nil, why or 'bad items'
+  end
+  return items
+end
+
+local function apply_delete(log, ix, ptr, id, f, items)
   for i = 1, #items, 2 do
     local p = lp(items[i])
     local member = 'c' .. p .. items[i + 1]
@@ -79,34 +153,59 @@ local function apply_delete(log, ix, ptr, id, f)
   -- channel values stay: later checkpoints may still read them
 end
 
-local APPLY = {checkpoint = apply_checkpoint, writes = apply_writes, delete = apply_delete}
+local KINDS = {
+  checkpoint = {check_checkpoint, apply_checkpoint},
+  writes = {check_writes, apply_writes},
+  delete = {check_delete, apply_delete},
+}
 
--- false for an event this version cannot project (unknown kind or newer schema): the caller
--- reports it, and the indexes stay as they were
-local function apply(log, ix, ptr, id, f)
-  local fn = APPLY[f.k]
-  if fn == nil or (tonumber(f.sv) or 0) > SCHEMA then
-    return false
+-- The checked event, ready for apply(); nil and a reason for one this version cannot project
+-- (unknown kind, newer schema, or malformed), which callers skip and report.
+local function check(f)
+  local kind = KINDS[f.k]
+  if kind == nil then
+    return nil, 'unknown kind ' .. tostring(f.k)
   end
-  fn(log, ix, ptr, id, f)
+  if (tonumber(f.sv) or 0) > SCHEMA or tonumber(f.sv) == nil then
+    return nil, 'schema version ' .. tostring(f.sv)
+  end
+  local decoded, why = kind[1](f)
+  if decoded == nil then
+    return nil, why
+  end
+  return {kind[2], decoded}
+end
+
+local function apply(log, ix, ptr, id, f)
+  local checked, why = check(f)
+  if checked == nil then
+    return false, why
+  end
+  checked[1](log, ix, ptr, id, f, checked[2])
   return true
 end
 
 -- Re-project a whole log into ix and ptr (emptied first), in order, as the writer did.
--- Returns {events applied, events skipped}.
+-- Returns {events applied, events skipped, "<id> <reason>" for the first 100 skipped}.
 local function replay_into(log, ix, ptr)
   redis.call('DEL', ix, ptr)
   local applied, skipped, start = 0, 0, '-'
+  local out = {0, 0}
   while true do
     local batch = redis.call('XRANGE', log, start, '+', 'COUNT', 1000)
     if #batch == 0 then
-      return {applied, skipped}
+      out[1], out[2] = applied, skipped
+      return out
     end
     for _, e in ipairs(batch) do
-      if apply(log, ix, ptr, e[1], fields_of(e[2])) then
+      local ok, why = apply(log, ix, ptr, e[1], fields_of(e[2]))
+      if ok then
         applied = applied + 1
       else
         skipped = skipped + 1
+        if #out < 102 then
+          out[#out + 1] = e[1] .. ' ' .. why
+        end
       end
     end
     start = '(' .. batch[#batch][1]
