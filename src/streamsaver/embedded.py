@@ -165,6 +165,24 @@ class EmbeddedRedis:
         """Stop the server and delete its directory; safe to call more than once."""
         self._finalizer()
 
+    def kill(self) -> None:
+        """SIGKILL the server, as a crash would; its directory stays for :meth:`restart`."""
+        self.process.kill()
+        self.process.wait()
+
+    def restart(self, timeout: float = 10.0) -> None:
+        """Start the server again on the same port and directory, e.g. after :meth:`kill`."""
+        if self.process.poll() is None:
+            raise RuntimeError(f"{self!r} is still running; kill() or stop() it first")
+        self._finalizer.detach()
+        self.process = self._spawn(self.port)
+        self._finalizer = weakref.finalize(self, _shutdown, self.process, self.dir)
+        if not self._wait_ready(self.process, self.port, timeout):
+            raise RuntimeError(
+                f"{self.binary} exited while restarting on port {self.port}; "
+                f"log tail:\n{_log_tail(self.dir)}"
+            )
+
     def __enter__(self) -> EmbeddedRedis:
         return self
 
