@@ -146,3 +146,18 @@ def test_command_line_detects_the_cluster(
         f"verified {len(threads)} threads ({2 * len(threads)} events): 0 with differences"
         in out.stdout
     )
+
+
+def test_durability_waits_on_the_node_that_took_the_write(cluster: EmbeddedCluster) -> None:
+    from streamsaver import DurabilityError
+
+    client = RedisCluster.from_url(cluster.url)
+    saver = RedisStreamSaver(
+        client, prefix="dur", durability="replicated", replicas=1, durability_timeout_ms=50
+    )
+    # the embedded cluster has no replicas: every node answers WAIT with 0
+    for thread_id in _threads_on_every_primary(saver, 6):
+        with pytest.raises(DurabilityError, match="only 0 of 1 replica"):
+            _put(saver, thread_id, run_id="r")
+        assert saver.get_tuple(_config(thread_id)) is not None
+    client.close()

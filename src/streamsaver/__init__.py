@@ -2,6 +2,7 @@
 
 from ._base import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_PREFIX
 from ._codec import SCHEMA_VERSION
+from ._durability import DurabilityError, DurabilityMode
 from ._errors import (
     CorruptIndexError,
     InvalidConfigError,
@@ -21,6 +22,8 @@ __all__ = [
     "SCHEMA_VERSION",
     "AsyncRedisStreamSaver",
     "CorruptIndexError",
+    "DurabilityError",
+    "DurabilityMode",
     "InvalidConfigError",
     "InvalidInputError",
     "InvalidUsageError",

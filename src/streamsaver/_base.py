@@ -11,6 +11,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ._codec import Codec
 from ._delta import DeltaCache
+from ._durability import Durability, DurabilityMode
 from ._errors import InvalidInputError
 from ._keys import validate_prefix
 from ._ops import Operations
@@ -45,6 +46,9 @@ class StreamSaverBase(BaseCheckpointSaver[str]):
         serde: SerializerProtocol | None,
         max_payload_bytes: int,
         delta_cache_bytes: int,
+        durability: DurabilityMode,
+        replicas: int,
+        durability_timeout_ms: int,
     ) -> None:
         super().__init__(serde=serde)
         for name, value, low in (
@@ -56,11 +60,13 @@ class StreamSaverBase(BaseCheckpointSaver[str]):
         self.prefix = validate_prefix(prefix)
         self.max_payload_bytes = max_payload_bytes
         self.delta_cache_bytes = delta_cache_bytes
+        self.durability = Durability(durability, replicas, durability_timeout_ms)
         self._ops = self._operations()
 
     def _operations(self) -> Operations:
         cache = DeltaCache(self.delta_cache_bytes) if self.delta_cache_bytes else None
-        return Operations(self.prefix, Codec(self.serde, self.max_payload_bytes), cache)
+        codec = Codec(self.serde, self.max_payload_bytes)
+        return Operations(self.prefix, codec, cache, self.durability)
 
     def with_allowlist(self, extra_allowlist: Collection[tuple[str, ...]]) -> StreamSaverBase:
         clone = super().with_allowlist(extra_allowlist)

@@ -28,6 +28,7 @@ from langgraph.checkpoint.base import (
 from ._codec import CheckpointEvent, Codec, Field, _check_metadata
 from ._config import _configurable, make_config, target_of, thread_id_str
 from ._delta import DeltaCache, Known
+from ._durability import Durability
 from ._errors import InvalidConfigError, InvalidInputError, UnsupportedServerError
 from ._keys import ThreadKeys, log_pattern, lp, scratch_keys, thread_id_of, thread_keys
 
@@ -65,6 +66,7 @@ class Eval:
     script: str
     keys: Sequence[str]
     args: Sequence[Field | int]
+    write: bool = False  # a durability mode waits after it
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +74,7 @@ class Call:
     """Run one plain command."""
 
     args: tuple[Field | int, ...]
+    write: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,9 +152,16 @@ def server_version(info: Any) -> tuple[int, ...]:
 class Operations:
     """The I/O-free core shared by ``RedisStreamSaver`` and ``AsyncRedisStreamSaver``."""
 
-    def __init__(self, prefix: str, codec: Codec, cache: DeltaCache | None = None) -> None:
+    def __init__(
+        self,
+        prefix: str,
+        codec: Codec,
+        cache: DeltaCache | None = None,
+        durability: Durability | None = None,
+    ) -> None:
         self.prefix = prefix
         self.codec = codec
+        self.durability = durability or Durability("none", 1, 1)
         # None stores every value whole
         self.cache = cache
 
@@ -159,13 +169,15 @@ class Operations:
         return thread_keys(self.prefix, thread_id)
 
     def setup(self) -> Flow[tuple[int, ...]]:
-        version = server_version((yield Call(("INFO", "server"))))
+        info = yield Call(("INFO",))
+        version = server_version(info)
         if version < MIN_SERVER:
             raise UnsupportedServerError(
                 f"Redis {'.'.join(map(str, version))} is too old: streamsaver needs Redis "
                 f">= {'.'.join(map(str, MIN_SERVER))} (XADD/XTRIM MINID, exclusive XRANGE); "
                 f"upgrade the server"
             )
+        self.durability.check_server(version, info)
         return version
 
     def put(
@@ -198,17 +210,17 @@ class Operations:
         cache = self.cache
         keys = self.keys(target.thread_id)
         if cache is None:
-            yield Eval("append", keys, ("", *event(_nothing_known).fields))
+            yield Eval("append", keys, ("", *event(_nothing_known).fields), write=True)
             return make_config(target.thread_id, target.checkpoint_ns, checkpoint_id)
         scope = (target.thread_id, target.checkpoint_ns)
         sent = event(lambda channel: cache.get((*scope, channel)))
-        reply = yield Eval("append", keys, (_bases(sent), *sent.fields))
+        reply = yield Eval("append", keys, (_bases(sent), *sent.fields), write=True)
         if reply == b"stale":
             # another writer, a prune or a re-put changed what a base was: send whole values
             for channel, _, _ in sent.learned:
                 cache.drop((*scope, channel))
             sent = event(_nothing_known)
-            reply = yield Eval("append", keys, ("", *sent.fields))
+            reply = yield Eval("append", keys, ("", *sent.fields), write=True)
         event_id = reply.decode()
         for channel, field_name, known in sent.learned:
             known.head = f"{event_id} {field_name}"
@@ -242,7 +254,7 @@ class Operations:
             task_path,
             str(run_id) if run_id is not None else "",
         )
-        yield Eval("append", self.keys(target.thread_id), ("", *fields))
+        yield Eval("append", self.keys(target.thread_id), ("", *fields), write=True)
 
     def get_tuple(self, config: RunnableConfig) -> Flow[CheckpointTuple | None]:
         target = target_of(config)
@@ -311,7 +323,7 @@ class Operations:
 
     def delete_thread(self, thread_id: str) -> Flow[None]:
         keys = self.keys(thread_id_str(thread_id, "thread_id"))
-        yield Call(("DEL", *keys))
+        yield Call(("DEL", *keys), write=True)
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> Flow[int]:
         runs = _str_list(run_ids, "run_ids")
@@ -320,7 +332,9 @@ class Operations:
         deleted = 0
         for key in (yield ScanLogs(log_pattern(self.prefix))):
             thread_id = thread_id_of(self.prefix, key.decode() if isinstance(key, bytes) else key)
-            deleted += yield Eval("delete_runs", self.keys(thread_id), (thread_id, *runs))
+            deleted += yield Eval(
+                "delete_runs", self.keys(thread_id), (thread_id, *runs), write=True
+            )
         return deleted
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> Flow[int]:
@@ -348,7 +362,7 @@ class Operations:
                 args.append(2 * len(event))
                 for name, value in event.items():
                     args += (name, value)
-            copied += yield Eval("import", dst, args)
+            copied += yield Eval("import", dst, args, write=True)
             last = entries[-1][0]
             start = "(" + (last.decode() if isinstance(last, bytes) else last)
 
@@ -360,9 +374,9 @@ class Operations:
         for thread_id in _str_list(thread_ids, "thread_ids"):
             keys = self.keys(thread_id)
             if strategy == "delete":
-                yield Call(("DEL", *keys))
+                yield Call(("DEL", *keys), write=True)
             else:
-                yield Eval("compact", keys, ())
+                yield Eval("compact", keys, (), write=True)
 
     def rebuild(self, thread_id: str) -> Flow[Replay]:
         keys = self.keys(thread_id_str(thread_id, "thread_id"))

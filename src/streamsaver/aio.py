@@ -18,7 +18,7 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
-from redis.exceptions import ResponseError
+from redis.exceptions import NoScriptError, ResponseError
 
 from ._base import (
     DEFAULT_DELTA_CACHE_BYTES,
@@ -27,8 +27,9 @@ from ._base import (
     StreamSaverBase,
     check_client,
 )
+from ._durability import DurabilityMode
 from ._errors import InvalidInputError, InvalidUsageError, translate
-from ._ops import Call, Eval, Flow, Op, Replay, T, adrive, aiterate
+from ._ops import Call, Eval, Flow, Op, Replay, ScanLogs, T, adrive, aiterate
 from ._scripts import SOURCES
 
 __all__ = ["AsyncRedisStreamSaver"]
@@ -52,6 +53,9 @@ class AsyncRedisStreamSaver(StreamSaverBase):
         serde: SerializerProtocol | None = None,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         delta_cache_bytes: int = DEFAULT_DELTA_CACHE_BYTES,
+        durability: DurabilityMode = "none",
+        replicas: int = 1,
+        durability_timeout_ms: int = 1000,
     ) -> None:
         if not isinstance(client, (aredis.Redis, AsyncRedisCluster)):
             raise InvalidInputError(
@@ -64,7 +68,16 @@ class AsyncRedisStreamSaver(StreamSaverBase):
             serde=serde,
             max_payload_bytes=max_payload_bytes,
             delta_cache_bytes=delta_cache_bytes,
+            durability=durability,
+            replicas=replicas,
+            durability_timeout_ms=durability_timeout_ms,
         )
+        if durability != "none" and isinstance(client, AsyncRedisCluster):
+            raise InvalidUsageError(
+                f"durability={durability!r} with an asyncio RedisCluster client is not supported "
+                f"yet (WAIT must run on the writing connection of each node); use "
+                f"RedisStreamSaver with a RedisCluster client, or durability='none'"
+            )
         self.client = client
         self._scripts = {name: client.register_script(src) for name, src in SOURCES.items()}
         self.server_version: tuple[int, ...] | None = None
@@ -83,6 +96,9 @@ class AsyncRedisStreamSaver(StreamSaverBase):
         serde: SerializerProtocol | None = None,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         delta_cache_bytes: int = DEFAULT_DELTA_CACHE_BYTES,
+        durability: DurabilityMode = "none",
+        replicas: int = 1,
+        durability_timeout_ms: int = 1000,
         cluster: bool | None = None,
     ) -> AsyncIterator[AsyncRedisStreamSaver]:
         """A saver on a client it creates from ``url`` and closes on exit. ``cluster``: use a
@@ -102,6 +118,9 @@ class AsyncRedisStreamSaver(StreamSaverBase):
                 serde=serde,
                 max_payload_bytes=max_payload_bytes,
                 delta_cache_bytes=delta_cache_bytes,
+                durability=durability,
+                replicas=replicas,
+                durability_timeout_ms=durability_timeout_ms,
             )
         finally:
             await client.aclose()
@@ -113,6 +132,9 @@ class AsyncRedisStreamSaver(StreamSaverBase):
 
     async def _execute(self, op: Op) -> Any:
         try:
+            wait = None if isinstance(op, ScanLogs) or not op.write else self.durability.command()
+            if wait is not None:
+                return await self._execute_durably(op, wait)  # type: ignore[arg-type]
             if isinstance(op, Eval):
                 return await self._scripts[op.script](keys=list(op.keys), args=list(op.args))
             if isinstance(op, Call):
@@ -121,6 +143,28 @@ class AsyncRedisStreamSaver(StreamSaverBase):
             return [key async for key in scan]
         except ResponseError as exc:
             raise translate(exc) from exc
+
+    async def _execute_durably(self, op: Eval | Call, wait: tuple[str | int, ...]) -> Any:
+        # WAIT/WAITAOF count the writes of their own connection: one pipeline, one round trip
+        client = self.client
+        assert isinstance(client, aredis.Redis)  # refused for cluster clients at construction
+        for _ in range(2):
+            pipe = client.pipeline(transaction=False)
+            if isinstance(op, Eval):
+                script = self._scripts[op.script]
+                pipe.execute_command("EVALSHA", script.sha, len(op.keys), *op.keys, *op.args)
+            else:
+                pipe.execute_command(*op.args)
+            pipe.execute_command(*wait)
+            reply, ack = await pipe.execute(raise_on_error=False)
+            if isinstance(reply, NoScriptError) and isinstance(op, Eval):
+                await client.script_load(script.script)  # the server restarted or failed over
+                continue
+            if isinstance(reply, Exception):
+                raise reply
+            self.durability.check_ack(ack)
+            return reply
+        raise reply
 
     async def _run(self, flow: Flow[T]) -> T:
         if self.server_version is None:

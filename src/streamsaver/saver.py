@@ -18,7 +18,7 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from redis.cluster import RedisCluster
-from redis.exceptions import ResponseError
+from redis.exceptions import NoScriptError, ResponseError
 
 from ._base import (
     DEFAULT_DELTA_CACHE_BYTES,
@@ -27,8 +27,9 @@ from ._base import (
     StreamSaverBase,
     check_client,
 )
+from ._durability import DurabilityMode
 from ._errors import InvalidInputError, translate
-from ._ops import Call, Eval, Flow, Op, Replay, T, drive, iterate
+from ._ops import Call, Eval, Flow, Op, Replay, ScanLogs, T, drive, iterate
 from ._scripts import SOURCES
 
 __all__ = ["RedisStreamSaver"]
@@ -54,6 +55,9 @@ class RedisStreamSaver(StreamSaverBase):
         serde: SerializerProtocol | None = None,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         delta_cache_bytes: int = DEFAULT_DELTA_CACHE_BYTES,
+        durability: DurabilityMode = "none",
+        replicas: int = 1,
+        durability_timeout_ms: int = 1000,
     ) -> None:
         if not isinstance(client, (redis.Redis, RedisCluster)):
             raise InvalidInputError(
@@ -66,6 +70,9 @@ class RedisStreamSaver(StreamSaverBase):
             serde=serde,
             max_payload_bytes=max_payload_bytes,
             delta_cache_bytes=delta_cache_bytes,
+            durability=durability,
+            replicas=replicas,
+            durability_timeout_ms=durability_timeout_ms,
         )
         self.client = client
         self._scripts = {name: client.register_script(src) for name, src in SOURCES.items()}
@@ -81,6 +88,9 @@ class RedisStreamSaver(StreamSaverBase):
         serde: SerializerProtocol | None = None,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         delta_cache_bytes: int = DEFAULT_DELTA_CACHE_BYTES,
+        durability: DurabilityMode = "none",
+        replicas: int = 1,
+        durability_timeout_ms: int = 1000,
         cluster: bool | None = None,
     ) -> Iterator[RedisStreamSaver]:
         """A saver on a client it creates from ``url`` and closes on exit. ``cluster``: use a
@@ -97,6 +107,9 @@ class RedisStreamSaver(StreamSaverBase):
                 serde=serde,
                 max_payload_bytes=max_payload_bytes,
                 delta_cache_bytes=delta_cache_bytes,
+                durability=durability,
+                replicas=replicas,
+                durability_timeout_ms=durability_timeout_ms,
             )
         finally:
             client.close()
@@ -107,6 +120,9 @@ class RedisStreamSaver(StreamSaverBase):
 
     def _execute(self, op: Op) -> Any:
         try:
+            wait = None if isinstance(op, ScanLogs) or not op.write else self.durability.command()
+            if wait is not None:
+                return self._execute_durably(op, wait)  # type: ignore[arg-type]
             if isinstance(op, Eval):
                 return self._scripts[op.script](keys=list(op.keys), args=list(op.args))
             if isinstance(op, Call):
@@ -114,6 +130,34 @@ class RedisStreamSaver(StreamSaverBase):
             return list(self.client.scan_iter(match=op.pattern, count=1000, _type="STREAM"))
         except ResponseError as exc:
             raise translate(exc) from exc
+
+    def _execute_durably(self, op: Eval | Call, wait: tuple[str | int, ...]) -> Any:
+        # WAIT/WAITAOF count the writes of their own connection, so the write and the wait go
+        # down one connection (the key's node, on a cluster), pipelined: one round trip
+        key = op.keys[0] if isinstance(op, Eval) else op.args[1]
+        # redis-py leaves these untyped; Any keeps mypy from flagging every call
+        client: Any = self.client
+        cluster = isinstance(self.client, RedisCluster)
+        node: Any = (
+            client.get_redis_connection(client.get_node_from_key(key)) if cluster else client
+        )
+        for _ in range(2):
+            pipe = node.pipeline(transaction=False)
+            if isinstance(op, Eval):
+                script = self._scripts[op.script]
+                pipe.execute_command("EVALSHA", script.sha, len(op.keys), *op.keys, *op.args)
+            else:
+                pipe.execute_command(*op.args)
+            pipe.execute_command(*wait)
+            reply, ack = pipe.execute(raise_on_error=False)
+            if isinstance(reply, NoScriptError) and isinstance(op, Eval):
+                node.script_load(script.script)  # the server restarted or failed over
+                continue
+            if isinstance(reply, Exception):
+                raise reply
+            self.durability.check_ack(ack)
+            return reply
+        raise reply
 
     def _run(self, flow: Flow[T]) -> T:
         if self.server_version is None:
