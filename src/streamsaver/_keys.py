@@ -16,6 +16,7 @@ from ._errors import InvalidInputError
 
 __all__ = [
     "ThreadKeys",
+    "escape_glob",
     "log_pattern",
     "lp",
     "scratch_keys",
@@ -58,13 +59,13 @@ def scratch_keys(keys: ThreadKeys) -> tuple[str, str]:
     return keys.ix + ":verify", keys.ptr + ":verify"
 
 
-def _escape_glob(text: str) -> str:
+def escape_glob(text: str) -> str:
     return "".join("\\" + c if c in "*?[]\\" else c for c in text)
 
 
 def log_pattern(prefix: str) -> str:
     """SCAN pattern for every thread log under ``prefix``; only the prefix reaches the glob."""
-    return _escape_glob(prefix) + ":{*}:log"
+    return escape_glob(prefix) + ":{*}:log"
 
 
 def thread_id_of(prefix: str, log_key: str) -> str:

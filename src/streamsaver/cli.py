@@ -48,6 +48,19 @@ def build_parser(prog: str = "streamsaver", demo: bool = True) -> argparse.Argum
         _common(cmd)
         cmd = sub.add_parser("threads", help="list the thread ids under a prefix")
         _common(cmd)
+        cmd = sub.add_parser(
+            "acl",
+            help="print the ACL SETUSER command for a least-privilege saver user",
+            description="Print an ACL SETUSER command that allows exactly the commands a saver "
+            "uses, on the keys of one prefix only. Replace <password> before running it.",
+        )
+        cmd.add_argument("--prefix", default=DEFAULT_PREFIX, help="the saver's key prefix")
+        cmd.add_argument("--user", default="streamsaver", help="the ACL user name")
+        cmd.add_argument(
+            "--server-version",
+            default="7.2",
+            help="the Redis version the rules are for; before 7.2 WAITAOF is left out",
+        )
     cmd = sub.add_parser(
         "rebuild",
         help="rebuild thread indexes by replaying their event logs",
@@ -76,6 +89,15 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "streamsaver", demo: 
             from .demo import run
 
             return run(args.url, args.prefix, sys.stdout)
+        if args.command == "acl":
+            from .acl import acl_rules
+
+            print(
+                " ".join(
+                    ["ACL SETUSER", args.user, "on", ">" + "<password>", *acl_rules(args.prefix)]
+                )
+            )
+            return 0
         return _maintain(args, prog)
     except StreamSaverError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
