@@ -9,6 +9,8 @@ from ._errors import (
     InvalidInputError,
     InvalidUsageError,
     PayloadTooLargeError,
+    ServerTimeoutError,
+    ServerUnavailableError,
     StreamSaverError,
     UnsupportedServerError,
 )
@@ -30,6 +32,8 @@ __all__ = [
     "PayloadTooLargeError",
     "RedisStreamSaver",
     "Replay",
+    "ServerTimeoutError",
+    "ServerUnavailableError",
     "StreamSaverError",
     "UnsupportedServerError",
 ]

@@ -11,7 +11,9 @@ StreamSaverError
 
 from __future__ import annotations
 
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 __all__ = [
     "CorruptIndexError",
@@ -19,6 +21,8 @@ __all__ = [
     "InvalidInputError",
     "InvalidUsageError",
     "PayloadTooLargeError",
+    "ServerTimeoutError",
+    "ServerUnavailableError",
     "StreamSaverError",
     "UnsupportedServerError",
 ]
@@ -51,6 +55,27 @@ class PayloadTooLargeError(InvalidInputError):
 
 class UnsupportedServerError(StreamSaverError):
     """The Redis server is too old, or lacks a feature the chosen options need."""
+
+
+class ServerUnavailableError(StreamSaverError, RedisConnectionError):
+    """The server did not answer, after the client's own retries."""
+
+
+class ServerTimeoutError(ServerUnavailableError, RedisTimeoutError):
+    """The server did not answer within the client's socket timeout."""
+
+
+_UNSURE = (
+    "a write in flight may or may not have been applied; calling again is safe, because every "
+    "streamsaver write is idempotent (the log may then show the event twice, reads will not)"
+)
+
+
+def unavailable(exc: RedisConnectionError | RedisTimeoutError) -> ServerUnavailableError:
+    """The typed error for a driver connection or timeout error."""
+    if isinstance(exc, RedisTimeoutError):
+        return ServerTimeoutError(f"Redis did not answer in time ({exc}); {_UNSURE}")
+    return ServerUnavailableError(f"Redis is unavailable ({exc}); {_UNSURE}")
 
 
 class CorruptIndexError(StreamSaverError):

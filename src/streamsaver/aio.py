@@ -18,7 +18,9 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ._base import (
     DEFAULT_DELTA_CACHE_BYTES,
@@ -28,7 +30,7 @@ from ._base import (
     check_client,
 )
 from ._durability import DurabilityMode
-from ._errors import InvalidInputError, InvalidUsageError, translate
+from ._errors import InvalidInputError, InvalidUsageError, translate, unavailable
 from ._ops import Call, Eval, Flow, Op, Replay, ScanLogs, T, adrive, aiterate
 from ._scripts import SOURCES
 
@@ -143,6 +145,8 @@ class AsyncRedisStreamSaver(StreamSaverBase):
             return [key async for key in scan]
         except ResponseError as exc:
             raise translate(exc) from exc
+        except (RedisConnectionError, RedisTimeoutError) as exc:
+            raise unavailable(exc) from exc
 
     async def _execute_durably(self, op: Eval | Call, wait: tuple[str | int, ...]) -> Any:
         # WAIT/WAITAOF count the writes of their own connection: one pipeline, one round trip

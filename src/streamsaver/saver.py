@@ -18,7 +18,9 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from redis.cluster import RedisCluster
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ._base import (
     DEFAULT_DELTA_CACHE_BYTES,
@@ -28,7 +30,7 @@ from ._base import (
     check_client,
 )
 from ._durability import DurabilityMode
-from ._errors import InvalidInputError, translate
+from ._errors import InvalidInputError, translate, unavailable
 from ._ops import Call, Eval, Flow, Op, Replay, ScanLogs, T, drive, iterate
 from ._scripts import SOURCES
 
@@ -130,6 +132,8 @@ class RedisStreamSaver(StreamSaverBase):
             return list(self.client.scan_iter(match=op.pattern, count=1000, _type="STREAM"))
         except ResponseError as exc:
             raise translate(exc) from exc
+        except (RedisConnectionError, RedisTimeoutError) as exc:
+            raise unavailable(exc) from exc
 
     def _execute_durably(self, op: Eval | Call, wait: tuple[str | int, ...]) -> Any:
         # WAIT/WAITAOF count the writes of their own connection, so the write and the wait go
