@@ -252,42 +252,51 @@ class Codec:
         return self._checked(fields, f"writes of task {task_id!r}")
 
     def _compose(
-        self, version: bytes, head: bytes, parts: Sequence[bytes]
+        self,
+        version: bytes,
+        head: bytes,
+        parts: Sequence[bytes],
+        extends: bytes,
+        held: Known | None,
     ) -> tuple[Any, Known | None]:
-        """Decode a value from its parts (newest first, ending with a whole value)."""
-        type_, data = ormsgpack.unpackb(parts[-1])
-        if type_ == "empty":
-            return _ABSENT, None
-        array = split_array(data) if type_ == "msgpack" else None
-        if array is None:
-            return self.serde.loads_typed((type_, data)), None
-        count, header = array
-        body = [data[header:]]
-        chain_bytes = 0
-        for raw in reversed(parts[:-1]):
+        """Decode a value from its parts (newest first). They end with a whole value, or, when
+        ``extends``, where the value the client holds (``held``) ends."""
+        if extends:
+            if held is None:
+                raise ValueError("the server extended a value this client does not hold")
+            count, body, chain, chain_bytes = held.count, [held.body], held.chain, held.chain_bytes
+            snapshot_bytes = held.snapshot_bytes
+            tails = parts
+        else:
+            type_, data = ormsgpack.unpackb(parts[-1])
+            if type_ == "empty":
+                return _ABSENT, None
+            array = split_array(data) if type_ == "msgpack" else None
+            if array is None:
+                return self.serde.loads_typed((type_, data)), None
+            count, header = array
+            body, chain, chain_bytes, snapshot_bytes = [data[header:]], 0, 0, len(data)
+            tails = parts[:-1]
+        for raw in reversed(tails):
             _, tail, appended = ormsgpack.unpackb(raw)
             body.append(tail)
             count += appended
+            chain += 1
             chain_bytes += len(tail)
         items = b"".join(body)
         value = self.serde.loads_typed(("msgpack", array_header(count) + items))
         known = Known(
-            version.decode(),
-            head.decode(),
-            items,
-            count,
-            len(parts) - 1,
-            chain_bytes,
-            len(data),
+            version.decode(), head.decode(), items, count, chain, chain_bytes, snapshot_bytes
         )
         return value, known
 
     def checkpoint_tuple(
-        self, thread_id: str, reply: Sequence[Any]
+        self, thread_id: str, reply: Sequence[Any], held: Mapping[str, Known] | None = None
     ) -> tuple[CheckpointTuple, dict[str, Known]]:
-        """Decode read.lua's ``{event id, header, values, writes}``, and the list values seen."""
+        """Decode read.lua's ``{event id, header, values, writes}``, and the list values seen.
+        ``held``: the values the request said the client holds, by channel."""
         try:
-            return self._checkpoint_tuple(thread_id, reply)
+            return self._checkpoint_tuple(thread_id, reply, held or {})
         except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
             # ormsgpack's decode errors are ValueErrors; anything else here is a log entry
             # that was written by hand or by a broken writer
@@ -298,7 +307,7 @@ class Codec:
             ) from exc
 
     def _checkpoint_tuple(
-        self, thread_id: str, reply: Sequence[Any]
+        self, thread_id: str, reply: Sequence[Any], held: Mapping[str, Known]
     ) -> tuple[CheckpointTuple, dict[str, Known]]:
         _, header_flat, values_flat, writes_flat = reply
         header = {k.decode(): v for k, v in _pairs(header_flat)}
@@ -310,9 +319,10 @@ class Codec:
         record["channel_versions"] = {ch: parse_version(v) for ch, v in _pairs(cv)}
         values: dict[str, Any] = {}
         seen: dict[str, Known] = {}
-        for i in range(0, len(values_flat), 4):
+        for i in range(0, len(values_flat), 5):
             channel = values_flat[i].decode()
-            value, known = self._compose(*values_flat[i + 1 : i + 4])
+            version, head, parts, extends = values_flat[i + 1 : i + 5]
+            value, known = self._compose(version, head, parts, extends, held.get(channel))
             if value is not _ABSENT:
                 values[channel] = value
             if known is not None:

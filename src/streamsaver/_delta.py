@@ -59,46 +59,56 @@ class Known:
 
     def extend(self, data: bytes, count: int, header: int) -> bytes | None:
         """The tail that turns this value into ``data``, if the policy allows one."""
-        body = memoryview(data)[header:]
-        if count < self.count or body[: len(self.body)] != self.body:
+        # bytes.startswith is a memcmp; comparing memoryview slices goes item by item
+        if count < self.count or not data.startswith(self.body, header):
             return None
-        tail = bytes(body[len(self.body) :])
+        tail = data[header + len(self.body) :]
         if self.chain + 1 > MAX_CHAIN or self.chain_bytes + len(tail) > self.snapshot_bytes:
             return None
         return tail
 
 
 class DeltaCache:
-    """Per (thread, namespace, channel), the last list value seen stored; LRU by bytes."""
+    """Per (thread, namespace), the last list value seen stored for each channel: the base
+    for the next append, and what reads can skip. LRU over (thread, namespace), by bytes."""
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
-        self._entries: OrderedDict[tuple[str, str, str], Known] = OrderedDict()
+        self._groups: OrderedDict[tuple[str, str], dict[str, Known]] = OrderedDict()
         self._bytes = 0
         # the sync saver is called from LangGraph's background threads
         self._lock = threading.Lock()
 
     def get(self, key: tuple[str, str, str]) -> Known | None:
         with self._lock:
-            known = self._entries.get(key)
-            if known is not None:
-                self._entries.move_to_end(key)
-            return known
+            group = self._groups.get(key[:2])
+            if group is None:
+                return None
+            self._groups.move_to_end(key[:2])
+            return group.get(key[2])
+
+    def held(self, thread_id: str, checkpoint_ns: str) -> dict[str, Known]:
+        """Every channel value held for the thread and namespace (a copy)."""
+        with self._lock:
+            return dict(self._groups.get((thread_id, checkpoint_ns), {}))
 
     def put(self, key: tuple[str, str, str], known: Known) -> None:
         if len(known.body) > self.max_bytes:
             self.drop(key)
             return
         with self._lock:
-            old = self._entries.pop(key, None)
+            group = self._groups.setdefault(key[:2], {})
+            self._groups.move_to_end(key[:2])
+            old = group.get(key[2])
+            group[key[2]] = known
             self._bytes += len(known.body) - (len(old.body) if old else 0)
-            self._entries[key] = known
             while self._bytes > self.max_bytes:
-                _, evicted = self._entries.popitem(last=False)
-                self._bytes -= len(evicted.body)
+                _, evicted = self._groups.popitem(last=False)
+                self._bytes -= sum(len(k.body) for k in evicted.values())
 
     def drop(self, key: tuple[str, str, str]) -> None:
         with self._lock:
-            old = self._entries.pop(key, None)
+            group = self._groups.get(key[:2])
+            old = group.pop(key[2], None) if group is not None else None
             if old is not None:
                 self._bytes -= len(old.body)

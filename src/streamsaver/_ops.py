@@ -30,6 +30,7 @@ from ._config import _configurable, make_config, target_of, thread_id_str
 from ._delta import DeltaCache, Known
 from ._durability import Durability
 from ._errors import InvalidConfigError, InvalidInputError, UnsupportedServerError
+from ._feed import DEFAULT_FEED_MAXLEN, feed_of_log
 from ._keys import ThreadKeys, log_pattern, lp, scratch_keys, thread_id_of, thread_keys
 
 __all__ = [
@@ -165,6 +166,13 @@ class Operations:
         # None stores every value whole
         self.cache = cache
 
+    # pointers kept per feed (approximate MAXLEN); 0 announces nothing (see _feed.py)
+    feed_maxlen: int = DEFAULT_FEED_MAXLEN
+
+    def appending(self, keys: ThreadKeys) -> tuple[str, ...]:
+        """Keys of a script that appends to a thread: its three, then its slot's feed."""
+        return (*keys, feed_of_log(self.prefix, keys.log))
+
     def keys(self, thread_id: str) -> ThreadKeys:
         return thread_keys(self.prefix, thread_id)
 
@@ -210,17 +218,20 @@ class Operations:
         cache = self.cache
         keys = self.keys(target.thread_id)
         if cache is None:
-            yield Eval("append", keys, ("", *event(_nothing_known).fields), write=True)
+            fields = event(_nothing_known).fields
+            yield Eval("append", self.appending(keys), (self.feed_maxlen, "", *fields), write=True)
             return make_config(target.thread_id, target.checkpoint_ns, checkpoint_id)
         scope = (target.thread_id, target.checkpoint_ns)
         sent = event(lambda channel: cache.get((*scope, channel)))
-        reply = yield Eval("append", keys, (_bases(sent), *sent.fields), write=True)
+        args = (self.feed_maxlen, _bases(sent), *sent.fields)
+        reply = yield Eval("append", self.appending(keys), args, write=True)
         if reply == b"stale":
             # another writer, a prune or a re-put changed what a base was: send whole values
             for channel, _, _ in sent.learned:
                 cache.drop((*scope, channel))
             sent = event(_nothing_known)
-            reply = yield Eval("append", keys, ("", *sent.fields), write=True)
+            args = (self.feed_maxlen, "", *sent.fields)
+            reply = yield Eval("append", self.appending(keys), args, write=True)
         event_id = reply.decode()
         for channel, field_name, known in sent.learned:
             known.head = f"{event_id} {field_name}"
@@ -254,18 +265,26 @@ class Operations:
             task_path,
             str(run_id) if run_id is not None else "",
         )
-        yield Eval("append", self.keys(target.thread_id), ("", *fields), write=True)
+        keys = self.appending(self.keys(target.thread_id))
+        yield Eval("append", keys, (self.feed_maxlen, "", *fields), write=True)
 
     def get_tuple(self, config: RunnableConfig) -> Flow[CheckpointTuple | None]:
         target = target_of(config)
+        held = self.cache.held(target.thread_id, target.checkpoint_ns) if self.cache else {}
+        # what the client holds needs no transfer: the script checks it is still current
+        holds = [x for ch, known in held.items() for x in (ch, known.version, known.head)]
         reply = yield Eval(
             "get",
             self.keys(target.thread_id),
-            (lp(target.checkpoint_ns), target.checkpoint_id or ""),
+            (
+                lp(target.checkpoint_ns),
+                target.checkpoint_id or "",
+                ormsgpack.packb(holds) if holds else "",
+            ),
         )
         if not reply:
             return None
-        checkpoint_tuple, seen = self.codec.checkpoint_tuple(target.thread_id, reply)
+        checkpoint_tuple, seen = self.codec.checkpoint_tuple(target.thread_id, reply, held)
         if self.cache is not None:
             for channel, known in seen.items():
                 self.cache.put((target.thread_id, target.checkpoint_ns, channel), known)
@@ -333,7 +352,10 @@ class Operations:
         for key in (yield ScanLogs(log_pattern(self.prefix))):
             thread_id = thread_id_of(self.prefix, key.decode() if isinstance(key, bytes) else key)
             deleted += yield Eval(
-                "delete_runs", self.keys(thread_id), (thread_id, *runs), write=True
+                "delete_runs",
+                self.appending(self.keys(thread_id)),
+                (self.feed_maxlen, thread_id, *runs),
+                write=True,
             )
         return deleted
 
@@ -362,7 +384,7 @@ class Operations:
                 args.append(2 * len(event))
                 for name, value in event.items():
                     args += (name, value)
-            copied += yield Eval("import", dst, args, write=True)
+            copied += yield Eval("import", self.appending(dst), [self.feed_maxlen, *args], write=True)
             last = entries[-1][0]
             start = "(" + (last.decode() if isinstance(last, bytes) else last)
 
@@ -376,7 +398,7 @@ class Operations:
             if strategy == "delete":
                 yield Call(("DEL", *keys), write=True)
             else:
-                yield Eval("compact", keys, (), write=True)
+                yield Eval("compact", self.appending(keys), (self.feed_maxlen,), write=True)
 
     def rebuild(self, thread_id: str) -> Flow[Replay]:
         keys = self.keys(thread_id_str(thread_id, "thread_id"))

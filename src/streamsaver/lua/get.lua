@@ -1,6 +1,15 @@
 -- Read one checkpoint (read.lua's shape), or nil.
 -- KEYS: log ix ptr   ARGV[1]: lp(ns)   ARGV[2]: checkpoint id, or '' for the latest of ns
+-- ARGV[3]: '' or msgpack [channel, version, head, ...]: list values the client already holds
 local p, cid = ARGV[1], ARGV[2]
+local holds = nil
+if ARGV[3] ~= nil and ARGV[3] ~= '' then
+  holds = {}
+  local flat = cmsgpack.unpack(ARGV[3])
+  for i = 1, #flat, 3 do
+    holds[flat[i]] = {flat[i + 1], flat[i + 2]}
+  end
+end
 if cid == '' then
   local m = redis.call('ZREVRANGEBYLEX', KEYS[2], '[c' .. p .. '\255', '[c' .. p, 'LIMIT', 0, 1)[1]
   if m == nil then
@@ -13,4 +22,4 @@ local eid, f = checkpoint_event(KEYS[1], KEYS[3], 'c' .. p .. cid, cache)
 if eid == nil then
   return false
 end
-return read_checkpoint(KEYS[1], KEYS[3], eid, f, cache)
+return read_checkpoint(KEYS[1], KEYS[3], eid, f, cache, holds)

@@ -1,8 +1,9 @@
 -- Reading one checkpoint back: its event's header, the values of its channels (from whichever
 -- events stored them) and its pending writes. Returned as {event id, header, values, writes}:
 --   header  flat [field, value, ...] of the checkpoint event, without value fields
---   values  flat [channel, version, head, parts, ...]: head is "<event id> <field>" of the
---           newest part; parts, newest first, end with a whole value (see _delta.py)
+--   values  flat [channel, version, head, parts, extends, ...]: head is "<event id> <field>" of
+--           the newest part; parts, newest first, end with a whole value (see _delta.py), unless
+--           extends is '1': then they end where the value the client said it holds begins
 --   writes  flat [task, idx, task path, channel, typed value, ...]
 
 local function corrupt(what)
@@ -10,11 +11,17 @@ local function corrupt(what)
 end
 
 -- The links of (channel, version): {{version, base, part}, ...} from the newest part down to
--- the whole value it extends, and the head reference; nil when nothing is stored.
-local function value_chain(log, ptr, p, channel, version, cache)
+-- the whole value it extends, and the head reference; nil when nothing is stored. With `held`
+-- ({version, head} of a value the client holds), the walk stops above that value if its
+-- pointer still names that head, and the third result is true.
+local function value_chain(log, ptr, p, channel, version, cache, held)
   local links, head, v = {}, nil, version
   while true do
     local ref = redis.call('HGET', ptr, 'b' .. p .. lp(channel) .. v)
+    if held and ref and v == held[1] and (ref == held[2] or
+        string.sub(ref, 1, #held[2] + 1) == held[2] .. ' ') then
+      return links, head or held[2], true
+    end
     if not ref then
       if head == nil then
         return nil
@@ -39,7 +46,7 @@ local function value_chain(log, ptr, p, channel, version, cache)
   end
 end
 
-local function read_checkpoint(log, ptr, eid, f, cache)
+local function read_checkpoint(log, ptr, eid, f, cache, holds)
   local p = lp(f.ns)
   local header = {}
   for k, v in pairs(f) do
@@ -51,7 +58,8 @@ local function read_checkpoint(log, ptr, eid, f, cache)
   local values = {}
   local cv = cmsgpack.unpack(f.cv)
   for i = 1, #cv, 2 do
-    local links, head = value_chain(log, ptr, p, cv[i], cv[i + 1], cache)
+    local held = holds and holds[cv[i]]
+    local links, head, extends = value_chain(log, ptr, p, cv[i], cv[i + 1], cache, held)
     if links then
       local parts = {}
       for j, link in ipairs(links) do
@@ -61,6 +69,7 @@ local function read_checkpoint(log, ptr, eid, f, cache)
       values[#values + 1] = cv[i + 1]
       values[#values + 1] = head
       values[#values + 1] = parts
+      values[#values + 1] = extends and '1' or ''
     end
   end
   local writes = {}
