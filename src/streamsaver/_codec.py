@@ -33,6 +33,7 @@ __all__ = [
     "CheckpointEvent",
     "Codec",
     "Field",
+    "Held",
     "Learned",
     "parse_version",
     "version_key",
@@ -88,6 +89,9 @@ def _check_metadata(value: object, path: str) -> None:
         f"put other data in the graph state"
     )
 
+
+Held = Known | tuple[str, bytes]
+"""A value a reader holds: a list (Known, a base for appends) or any other typed value."""
 
 Learned = list[tuple[str, str, Known]]
 """(channel, event field, value) to remember once the event is stored (the head is unset)."""
@@ -257,23 +261,25 @@ class Codec:
         head: bytes,
         parts: Sequence[bytes],
         extends: bytes,
-        held: Known | None,
-    ) -> tuple[Any, Known | None]:
+        held: Held | None,
+    ) -> tuple[Any, Held]:
         """Decode a value from its parts (newest first). They end with a whole value, or, when
-        ``extends``, where the value the client holds (``held``) ends."""
+        ``extends``, where the value the reader holds (``held``) ends."""
         if extends:
             if held is None:
-                raise ValueError("the server extended a value this client does not hold")
+                raise ValueError("the server extended a value this reader does not hold")
+            if not isinstance(held, Known):
+                if parts:
+                    raise ValueError("the server appended to a value that is not a list")
+                return self._whole(held), held
             count, body, chain, chain_bytes = held.count, [held.body], held.chain, held.chain_bytes
             snapshot_bytes = held.snapshot_bytes
             tails = parts
         else:
             type_, data = ormsgpack.unpackb(parts[-1])
-            if type_ == "empty":
-                return _ABSENT, None
             array = split_array(data) if type_ == "msgpack" else None
             if array is None:
-                return self.serde.loads_typed((type_, data)), None
+                return self._whole((type_, data)), (type_, data)
             count, header = array
             body, chain, chain_bytes, snapshot_bytes = [data[header:]], 0, 0, len(data)
             tails = parts[:-1]
@@ -290,11 +296,14 @@ class Codec:
         )
         return value, known
 
+    def _whole(self, typed: tuple[str, bytes]) -> Any:
+        return _ABSENT if typed[0] == "empty" else self.serde.loads_typed(typed)
+
     def checkpoint_tuple(
-        self, thread_id: str, reply: Sequence[Any], held: Mapping[str, Known] | None = None
-    ) -> tuple[CheckpointTuple, dict[str, Known]]:
-        """Decode read.lua's ``{event id, header, values, writes}``, and the list values seen.
-        ``held``: the values the request said the client holds, by channel."""
+        self, thread_id: str, reply: Sequence[Any], held: Mapping[str, Held] | None = None
+    ) -> tuple[CheckpointTuple, dict[str, Held]]:
+        """Decode read.lua's ``{event id, header, values, writes}``, and the values seen.
+        ``held``: by channel, the values the script was told (or knows) the reader holds."""
         try:
             return self._checkpoint_tuple(thread_id, reply, held or {})
         except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
@@ -307,8 +316,8 @@ class Codec:
             ) from exc
 
     def _checkpoint_tuple(
-        self, thread_id: str, reply: Sequence[Any], held: Mapping[str, Known]
-    ) -> tuple[CheckpointTuple, dict[str, Known]]:
+        self, thread_id: str, reply: Sequence[Any], held: Mapping[str, Held]
+    ) -> tuple[CheckpointTuple, dict[str, Held]]:
         _, header_flat, values_flat, writes_flat = reply
         header = {k.decode(): v for k, v in _pairs(header_flat)}
         ns = header["ns"].decode()
@@ -318,15 +327,13 @@ class Codec:
         cv = ormsgpack.unpackb(header["cv"])
         record["channel_versions"] = {ch: parse_version(v) for ch, v in _pairs(cv)}
         values: dict[str, Any] = {}
-        seen: dict[str, Known] = {}
+        seen: dict[str, Held] = {}
         for i in range(0, len(values_flat), 5):
             channel = values_flat[i].decode()
             version, head, parts, extends = values_flat[i + 1 : i + 5]
-            value, known = self._compose(version, head, parts, extends, held.get(channel))
+            value, seen[channel] = self._compose(version, head, parts, extends, held.get(channel))
             if value is not _ABSENT:
                 values[channel] = value
-            if known is not None:
-                seen[channel] = known
         record["channel_values"] = values
         rows = [
             (path.decode(), task.decode(), int(idx), channel.decode(), raw)

@@ -25,7 +25,7 @@ from langgraph.checkpoint.base import (
     get_serializable_checkpoint_metadata,
 )
 
-from ._codec import CheckpointEvent, Codec, Field, _check_metadata
+from ._codec import CheckpointEvent, Codec, Field, Held, _check_metadata
 from ._config import _configurable, make_config, target_of, thread_id_str
 from ._delta import DeltaCache, Known
 from ._durability import Durability
@@ -270,25 +270,32 @@ class Operations:
 
     def get_tuple(self, config: RunnableConfig) -> Flow[CheckpointTuple | None]:
         target = target_of(config)
-        held = self.cache.held(target.thread_id, target.checkpoint_ns) if self.cache else {}
         # what the client holds needs no transfer: the script checks it is still current
-        holds = [x for ch, known in held.items() for x in (ch, known.version, known.head)]
+        held, holds = self._held(target.thread_id, target.checkpoint_ns)
         reply = yield Eval(
             "get",
             self.keys(target.thread_id),
-            (
-                lp(target.checkpoint_ns),
-                target.checkpoint_id or "",
-                ormsgpack.packb(holds) if holds else "",
-            ),
+            (lp(target.checkpoint_ns), target.checkpoint_id or "", holds),
         )
         if not reply:
             return None
         checkpoint_tuple, seen = self.codec.checkpoint_tuple(target.thread_id, reply, held)
-        if self.cache is not None:
-            for channel, known in seen.items():
-                self.cache.put((target.thread_id, target.checkpoint_ns, channel), known)
+        self._remember(target.thread_id, target.checkpoint_ns, seen)
         return checkpoint_tuple
+
+    def _remember(self, thread_id: str, checkpoint_ns: str, seen: dict[str, Held]) -> None:
+        if self.cache is not None:
+            for channel, value in seen.items():
+                if isinstance(value, Known):
+                    self.cache.put((thread_id, checkpoint_ns, channel), value)
+
+    def _held(self, thread_id: str, checkpoint_ns: str | None) -> tuple[dict[str, Known], Field]:
+        """The list values held for a thread and namespace, and how a script is told of them."""
+        if self.cache is None or checkpoint_ns is None:
+            return {}, ""
+        held = self.cache.held(thread_id, checkpoint_ns)
+        holds = [x for ch, known in held.items() for x in (ch, known.version, known.head)]
+        return held, ormsgpack.packb(holds) if holds else ""
 
     def list(
         self,
@@ -319,6 +326,7 @@ class Operations:
             cursor = ""
             while remaining is None or remaining > 0:
                 page = _PAGE if remaining is None else min(_PAGE, remaining)
+                held, holds = self._held(thread_id, ns)
                 reply = yield Eval(
                     "list",
                     self.keys(thread_id),
@@ -330,15 +338,33 @@ class Operations:
                         cursor,
                         match,
                         nulls,
+                        holds,
                     ),
                 )
-                for item in reply[1:]:
-                    yield Emit(self.codec.checkpoint_tuple(thread_id, item)[0])
+                for item in self._page(thread_id, reply[1:], held):
+                    yield Emit(item)
                 if remaining is not None:
                     remaining -= len(reply) - 1
                 cursor = reply[0].decode()
                 if not cursor:
                     break
+
+    def _page(
+        self, thread_id: str, items: Sequence[Any], held: dict[str, Known]
+    ) -> builtins.list[CheckpointTuple]:
+        """Decode a list page as list.lua built it: oldest first, each item's values extending
+        what the previous one held, per namespace."""
+        holding: dict[str, dict[str, Held]] = {}
+        decoded: builtins.list[CheckpointTuple] = []
+        for item in reversed(items):
+            header = dict(zip(item[1][::2], item[1][1::2], strict=True))
+            ns = header[b"ns"].decode()
+            now = holding.setdefault(ns, dict(held))
+            checkpoint_tuple, seen = self.codec.checkpoint_tuple(thread_id, item, now)
+            now.update(seen)
+            decoded.append(checkpoint_tuple)
+        decoded.reverse()
+        return decoded
 
     def delete_thread(self, thread_id: str) -> Flow[None]:
         keys = self.keys(thread_id_str(thread_id, "thread_id"))
@@ -384,7 +410,8 @@ class Operations:
                 args.append(2 * len(event))
                 for name, value in event.items():
                     args += (name, value)
-            copied += yield Eval("import", self.appending(dst), [self.feed_maxlen, *args], write=True)
+            args.insert(0, self.feed_maxlen)
+            copied += yield Eval("import", self.appending(dst), args, write=True)
             last = entries[-1][0]
             start = "(" + (last.decode() if isinstance(last, bytes) else last)
 

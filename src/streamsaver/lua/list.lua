@@ -4,9 +4,13 @@
 --       [3] before: only ids strictly lower, or ''   [4] page size
 --       [5] cursor: the last member the previous page looked at, or ''
 --       [6] msgpack map of metadata that must be equal, or ''   [7] msgpack list of keys that
---       must be absent or null, or ''
+--       must be absent or null, or ''   [8] '' or, with a namespace, msgpack [channel, version,
+--       head, ...] of list values the client holds (as in get.lua)
 -- Returns {cursor, checkpoint, ...}; cursor is '' once nothing is left. A page stops after
--- SCAN_CAP members so a selective filter cannot block the server for long.
+-- SCAN_CAP members so a selective filter cannot block the server for long. The page is read
+-- oldest first, and each checkpoint's values only send what the previous one (in that order)
+-- did not: older values are prefixes of newer ones, so a page costs about one value, not one
+-- per checkpoint.
 local SCAN_CAP = 1000
 
 -- Lua's < goes through strcoll, which follows the server's locale; ids compare as bytes.
@@ -83,13 +87,41 @@ if cursor ~= '' then
   hi = '(' .. cursor
 end
 
-local out = {''}
-local cache = {}
+local picked, cache = {}, {}
+
+local function finish(cursor_out)
+  local holds = {}
+  if p ~= '' and ARGV[8] ~= nil and ARGV[8] ~= '' then
+    local flat = cmsgpack.unpack(ARGV[8])
+    holds[p] = {}
+    for i = 1, #flat, 3 do
+      holds[p][flat[i]] = {flat[i + 1], flat[i + 2]}
+    end
+  end
+  local results = {}
+  for j = #picked, 1, -1 do
+    local eid, f = picked[j][1], picked[j][2]
+    local np = lp(f.ns)
+    holds[np] = holds[np] or {}
+    local r = read_checkpoint(KEYS[1], KEYS[3], eid, f, cache, holds[np])
+    local values = r[3]
+    for i = 1, #values, 5 do
+      holds[np][values[i]] = {values[i + 1], values[i + 2]}
+    end
+    results[j] = r
+  end
+  local out = {cursor_out}
+  for j = 1, #picked do
+    out[#out + 1] = results[j]
+  end
+  return out
+end
+
 local scanned = 0
 while true do
   local batch = redis.call('ZREVRANGEBYLEX', KEYS[2], hi, lo, 'LIMIT', 0, 100)
   if #batch == 0 then
-    return out
+    return finish('')
   end
   for _, m in ipairs(batch) do
     scanned = scanned + 1
@@ -101,12 +133,11 @@ while true do
     if wanted then
       local eid, f = checkpoint_event(KEYS[1], KEYS[3], m, cache)
       if eid ~= nil and matches(f) then
-        out[#out + 1] = read_checkpoint(KEYS[1], KEYS[3], eid, f, cache)
+        picked[#picked + 1] = {eid, f}
       end
     end
-    if #out - 1 >= size or scanned >= SCAN_CAP then
-      out[1] = m
-      return out
+    if #picked >= size or scanned >= SCAN_CAP then
+      return finish(m)
     end
   end
   hi = '(' .. batch[#batch]
