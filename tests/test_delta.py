@@ -222,3 +222,15 @@ def test_any_sequence_of_list_edits_reads_back_exactly(
     for t in threads:
         t.assert_reads_back()
     assert saver.verify(thread_id)[2] == []
+    # list pages read oldest first, each value extending the previous: same results with or
+    # without the client's cache, page boundaries included
+    config = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+    expected = {c["configurable"]["checkpoint_id"]: v for t in threads for c, v in t.history}
+    for reader in (saver, RedisStreamSaver(redis_client, prefix=prefix, delta_cache_bytes=0)):
+        listed = list(reader.list(config))
+        assert {t.checkpoint["id"]: t.checkpoint["channel_values"] for t in listed} == expected
+        paged, before = [], None
+        while batch := list(reader.list(config, before=before, limit=3)):
+            paged += batch
+            before = batch[-1].config
+        assert paged == listed
