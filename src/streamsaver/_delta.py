@@ -6,9 +6,10 @@ the new items' bytes (the tail) are stored, with a link to that base. Reading co
 parts and decodes once, so a reader gets back the very bytes the serde produced: values are
 compared as bytes, never as objects, and anything that is not a msgpack array is stored whole.
 
-A new full value (a snapshot) is stored once the tails since the last snapshot outweigh it, or
-the chain reaches MAX_CHAIN parts, so storage stays proportional to the data and a read follows
-a bounded number of links.
+A new full value (a snapshot) is stored once the tails since the last snapshot outweigh it, so
+snapshots are spaced geometrically and their total stays within about twice the final value:
+storage is proportional to the data. MAX_CHAIN bounds the parts a read may have to follow; reads
+by a saver that holds the value (it wrote or read it) follow none, so only cold reads pay it.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 
 __all__ = ["MAX_CHAIN", "DeltaCache", "Known", "array_header", "split_array"]
 
-MAX_CHAIN = 128
+MAX_CHAIN = 512
 
 
 def split_array(data: bytes) -> tuple[int, int] | None:
