@@ -119,24 +119,32 @@ class RedisBackend:
             " with RediSearch+RedisJSON" if kind == "redis-stack" else ""
         )
         self._admin = redis.Redis.from_url(server.url)
+        self._probe_in = 0
+        self._probe_out = 0
 
     def info(self, section: str) -> dict[str, Any]:
         result: dict[str, Any] = self._admin.info(section)
         return result
 
     def usage(self, saver: object) -> Usage:
+        # Traffic counters are read first, before this reading sends anything, and the traffic
+        # of earlier readings (SCAN, MEMORY USAGE, INFO) is taken out: what is left is the saver's.
+        stats = self.info("stats")
         key_bytes = 0
         for key in self._admin.scan_iter(count=1000):
             # SAMPLES 0 measures every element: exact for big streams and hashes, and slow is fine
             size = self._admin.memory_usage(key, samples=0)
             key_bytes += int(size or 0)
         memory = self.info("memory")
-        stats = self.info("stats")
+        probe_in, probe_out = self._probe_in, self._probe_out
+        after = self.info("stats")
+        self._probe_in += after["total_net_input_bytes"] - stats["total_net_input_bytes"]
+        self._probe_out += after["total_net_output_bytes"] - stats["total_net_output_bytes"]
         return Usage(
             stored_bytes=int(memory["used_memory"]),
             key_bytes=key_bytes,
-            bytes_in=int(stats["total_net_input_bytes"]),
-            bytes_out=int(stats["total_net_output_bytes"]),
+            bytes_in=int(stats["total_net_input_bytes"]) - probe_in,
+            bytes_out=int(stats["total_net_output_bytes"]) - probe_out,
         )
 
     def close(self) -> None:

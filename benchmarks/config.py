@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["DEFAULT_OUT", "WORKLOADS", "Config", "full", "quick"]
+__all__ = ["DEFAULT_OUT", "WORKLOADS", "Config", "full", "quick", "replace"]
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
 
@@ -34,6 +34,11 @@ class Config:
     concurrency_steps: int = 10
     quick: bool = False
 
+    @property
+    def trace_steps(self) -> int:
+        """The longest conversation any workload replays on the raw floor."""
+        return max(self.agent_steps, self.concurrency_steps, *self.storage_steps)
+
     def with_steps(self, steps: int) -> Config:
         # the storage checkpoints follow the conversation length so --steps scales both
         storage = tuple(sorted({steps, *(s for s in self.storage_steps if s > steps)}))
@@ -58,3 +63,7 @@ def quick() -> Config:
         concurrency_steps=2,
         quick=True,
     )
+
+
+def replace(cfg: Config, **changes: object) -> Config:
+    return dataclasses.replace(cfg, **changes)  # type: ignore[arg-type]

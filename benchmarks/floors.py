@@ -143,7 +143,7 @@ class RawFloor:
         for start in range(0, count, _FILL_BATCH):
             with self.client.pipeline(transaction=False) as pipe:
                 for _ in range(min(_FILL_BATCH, count - start)):
-                    pipe.execute_command(*_command(key, op))
+                    pipe.execute_command(*_command(key, op))  # type: ignore[no-untyped-call]
                 pipe.execute()
 
 
