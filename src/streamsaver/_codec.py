@@ -131,7 +131,7 @@ class Codec:
         return self.serde.loads_typed((type_, data))
 
     def _checked(self, fields: list[Field], what: str) -> list[Field]:
-        size = sum(len(f) for f in fields)
+        size = sum(map(len, fields))
         if size > self.max_payload_bytes:
             raise PayloadTooLargeError(size, self.max_payload_bytes, what)
         return fields
