@@ -74,7 +74,20 @@ class StreamSaverBase(BaseCheckpointSaver[str]):
             # the clone has a new serde; its codec must use it
             assert isinstance(clone, StreamSaverBase)
             clone._ops = clone._operations()
+            clone._ops.feed_maxlen = self._ops.feed_maxlen
         return clone
+
+    @property
+    def feed_maxlen(self) -> int:
+        """Pointers each feed keeps (approximate MAXLEN) for ``tail_all`` and consumer groups;
+        0 writes none. Feeds are derived notifications: the thread logs keep every event."""
+        return self._ops.feed_maxlen
+
+    @feed_maxlen.setter
+    def feed_maxlen(self, value: int) -> None:
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise InvalidInputError(f"feed_maxlen={value!r}: give an int >= 0")
+        self._ops.feed_maxlen = value
 
     def get_next_version(self, current: Any, channel: None = None) -> str:
         """``"<counter>.<random>"``: ordered by the zero-padded counter, and distinct between

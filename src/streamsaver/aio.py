@@ -33,6 +33,17 @@ from ._durability import DurabilityMode
 from ._errors import InvalidInputError, InvalidUsageError, translate, unavailable
 from ._ops import Call, Eval, Flow, Op, Replay, ScanLogs, T, adrive, aiterate
 from ._scripts import SOURCES
+from ._tail import (
+    DEFAULT_BLOCK_MS,
+    DEFAULT_COUNT,
+    DEFAULT_POLL_MS,
+    FeedTail,
+    GroupReader,
+    Report,
+    ThreadTail,
+)
+from .events import FeedCursor
+from .tailing import AsyncConsumerGroup, AsyncTail, AsyncTailAll, default_consumer_name
 
 __all__ = ["AsyncRedisStreamSaver"]
 
@@ -300,3 +311,115 @@ class AsyncRedisStreamSaver(StreamSaverBase):
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         self._sync(self.aprune(thread_ids, strategy=strategy))
+
+    # Live tailing (docs/tailing.md), as async iterators (``async for e in saver.atail(t)``).
+    # Each reader has a connection of its own for its blocking reads, closed when it ends:
+    # aclose() (or cancel the task; stop() from another task).
+    def atail(
+        self,
+        thread_id: str,
+        *,
+        after: str = "$",
+        follow: bool = True,
+        checkpoint_ns: str | None = None,
+        block_ms: int = DEFAULT_BLOCK_MS,
+        count: int = DEFAULT_COUNT,
+        on_skip: Report | None = None,
+    ) -> AsyncTail:
+        """One thread's events, in order, as ``ThreadEvent`` values.
+
+        ``after``: ``"$"`` (only events appended from now), ``"0"`` (from the beginning) or an
+        event id (resume exactly after it; ``tail.position`` is the last one handed over).
+        ``follow=False`` ends once caught up with the log's end as of the call; ``follow=True``
+        waits for new events, in blocking reads of at most ``block_ms``, until stopped.
+        ``checkpoint_ns`` keeps one namespace. Events of an unknown kind or a newer schema, or
+        that cannot be decoded, go to ``on_skip`` and ``tail.skipped``; they never raise."""
+        core = ThreadTail(
+            self.prefix,
+            self._ops.codec,
+            thread_id,
+            after=after,
+            follow=follow,
+            checkpoint_ns=checkpoint_ns,
+            block_ms=block_ms,
+            count=count,
+            on_skip=on_skip,
+        )
+        return AsyncTail(self, core)
+
+    def atail_all(
+        self,
+        *,
+        after: str | FeedCursor = "$",
+        follow: bool = True,
+        checkpoint_ns: str | None = None,
+        block_ms: int = DEFAULT_BLOCK_MS,
+        count: int = DEFAULT_COUNT,
+        discover_ms: int | None = None,
+        poll_ms: int = DEFAULT_POLL_MS,
+        on_skip: Report | None = None,
+    ) -> AsyncTailAll:
+        """Every thread's events under this prefix, through the per-slot feeds: in order within
+        each thread, with no order across threads of different cluster slots. ``after``:
+        ``"$"``, ``"0"`` (as far back as the feeds go) or a ``FeedCursor`` (or its JSON):
+        ``tail.cursor`` after the last event handled resumes exactly after it. New feeds are
+        found every ``discover_ms`` (default 1 s; 5 s on a cluster, where an idle round of
+        reads waits ``poll_ms``). Other options as for ``tail``."""
+        core = FeedTail(
+            self.prefix,
+            self._ops.codec,
+            after=after,
+            follow=follow,
+            checkpoint_ns=checkpoint_ns,
+            block_ms=block_ms,
+            count=count,
+            discover_ms=discover_ms,
+            poll_ms=poll_ms,
+            cluster=isinstance(self.client, AsyncRedisCluster),
+            on_skip=on_skip,
+        )
+        return AsyncTailAll(self, core)
+
+    def aconsumer_group(
+        self,
+        group: str,
+        consumer: str | None = None,
+        *,
+        start: str = "$",
+        min_idle_ms: int = 30_000,
+        max_deliveries: int = 5,
+        claim_ms: int | None = None,
+        reap_idle_ms: int = 300_000,
+        block_ms: int = DEFAULT_BLOCK_MS,
+        count: int = DEFAULT_COUNT,
+        discover_ms: int | None = None,
+        poll_ms: int = DEFAULT_POLL_MS,
+        on_skip: Report | None = None,
+    ) -> AsyncConsumerGroup:
+        """Join consumer group ``group`` over every thread's events, as ``consumer`` (default:
+        host-pid-random), to process each event at least once: iterate for ``Delivery`` values
+        and ``await group.ack(delivery)`` each one handled. An event not acknowledged within
+        ``min_idle_ms`` (a crashed or stuck member) is delivered again, to whichever member
+        claims it (every ``claim_ms``, default ``min_idle_ms / 2``); one delivered
+        ``max_deliveries`` times is parked in ``<prefix>:parked:{<slot>}`` instead. Members
+        idle ``reap_idle_ms`` with nothing pending are deleted; ``aclose()`` deletes this one
+        unless entries are still pending for it. ``start`` (``"$"``, ``"0"`` or an id) is
+        where a group created now begins on the feeds that exist."""
+        core = GroupReader(
+            self.prefix,
+            self._ops.codec,
+            group=group,
+            consumer=default_consumer_name() if consumer is None else consumer,
+            start=start,
+            min_idle_ms=min_idle_ms,
+            max_deliveries=max_deliveries,
+            claim_ms=claim_ms,
+            reap_idle_ms=reap_idle_ms,
+            block_ms=block_ms,
+            count=count,
+            discover_ms=discover_ms,
+            poll_ms=poll_ms,
+            cluster=isinstance(self.client, AsyncRedisCluster),
+            on_skip=on_skip,
+        )
+        return AsyncConsumerGroup(self, core)

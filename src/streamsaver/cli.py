@@ -9,6 +9,8 @@ from collections.abc import Sequence
 
 from ._base import DEFAULT_PREFIX
 from ._errors import StreamSaverError
+from .events import SkippedEvent, ThreadEvent
+from .tailing import Tail, TailAll
 
 __all__ = ["build_parser", "main"]
 
@@ -79,6 +81,8 @@ def build_parser(prog: str = "streamsaver", demo: bool = True) -> argparse.Argum
     )
     _common(cmd)
     _which_threads(cmd)
+    if demo:
+        _tail_parser(sub)
     return parser
 
 
@@ -98,6 +102,8 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "streamsaver", demo: 
                 )
             )
             return 0
+        if args.command == "tail":
+            return _tail(args, prog)
         return _maintain(args, prog)
     except StreamSaverError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
@@ -136,3 +142,133 @@ def _maintain(args: argparse.Namespace, prog: str) -> int:
             f"{len(report.differences)} with differences"
         )
         return 1 if report.differences else 0
+
+
+# --- streamsaver tail ------------------------------------------------------------------------
+
+_TAIL_EPILOG = """\
+output, one line per event (--json: one JSON object per line, the ThreadEvent fields):
+  <time UTC> [<thread>] <kind> ns=<namespace> step=<step> <node or task> <channels>
+  step: a checkpoint's metadata step; for writes, the step their task ran in (when this tail
+  saw their checkpoint). node: the graph node of a writes event (from its task path), else the
+  task id; a checkpoint shows its source (input, loop, update, fork). channels: what a writes
+  event wrote, or the channels a checkpoint stored a new value for.
+
+examples:
+  streamsaver tail my-thread                  the thread's history so far
+  streamsaver tail my-thread --follow         ... then every new event, until Ctrl-C
+  streamsaver tail my-thread --from 1717000000000-3 --follow --json
+  streamsaver tail --all --follow             every thread, new events only
+  streamsaver tail --all --from '<cursor>'    resume --all where an earlier run stopped
+
+On exit the position to resume from is printed to stderr. Events that cannot be shown
+(unknown kind, newer schema, undecodable) are reported on stderr and skipped."""
+
+
+def _tail_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    cmd = sub.add_parser(
+        "tail",
+        help="print a thread's events, or every thread's, optionally as they happen",
+        description="Print the events of one thread (THREAD_ID) or of every thread under the "
+        "prefix (--all), one line each, in order within each thread.",
+        epilog=_TAIL_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _common(cmd)
+    cmd.add_argument("thread_id", nargs="?", metavar="THREAD_ID", help="the thread to print")
+    cmd.add_argument(
+        "--all", action="store_true", help="every thread under the prefix (through the feeds)"
+    )
+    cmd.add_argument(
+        "--from",
+        dest="after",
+        metavar="ID",
+        help="start after this event id; '0' from the beginning (the default, except with "
+        "--all --follow: '$'), '$' only new events; with --all, a cursor printed on exit",
+    )
+    cmd.add_argument(
+        "-f", "--follow", action="store_true", help="keep waiting for new events until Ctrl-C"
+    )
+    cmd.add_argument("--json", action="store_true", help="one JSON object per line")
+    cmd.add_argument("--ns", metavar="NAMESPACE", help="only this checkpoint namespace ('' root)")
+
+
+def _jsonable(value: object) -> object:
+    from pydantic_core import to_jsonable_python
+
+    try:
+        return to_jsonable_python(value)
+    except Exception:  # anything the serializer gave back that JSON cannot hold
+        return repr(value)
+
+
+def _tail_line(event: ThreadEvent, steps: dict[tuple[str, str, str], int], every: bool) -> str:
+    key = (event.thread_id, event.checkpoint_ns, event.checkpoint_id or "")
+    step: int | None = event.step
+    if event.kind == "checkpoint" and step is not None:
+        steps[key] = step
+        who = str((event.metadata or {}).get("source", "-"))
+    elif event.kind == "writes":
+        seen = steps.get(key)
+        step = None if seen is None else seen + 1
+        who = event.node or (event.task_id or "-")
+    else:
+        who = f"deleted {len(event.deleted)} checkpoint(s) of run(s) {','.join(event.runs)}"
+    when = event.timestamp.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    parts = [when]
+    if every:
+        parts.append(repr(event.thread_id))
+    parts += [
+        f"{event.kind:<10}",
+        f"ns={event.checkpoint_ns!r}" if event.checkpoint_ns else "ns=''",
+        f"step={step if step is not None else '-'}",
+        who,
+        ",".join(event.channels) or "-",
+    ]
+    return " ".join(parts)
+
+
+def _tail(args: argparse.Namespace, prog: str) -> int:
+    import json
+    import signal
+
+    from .saver import RedisStreamSaver
+
+    if not args.url:
+        print(f"{prog}: no Redis to talk to: pass --url or set $REDIS_URL", file=sys.stderr)
+        return 2
+    if bool(args.all) == bool(args.thread_id is not None):
+        print(f"{prog} tail: give a THREAD_ID or --all (not both)", file=sys.stderr)
+        return 2
+    after = args.after if args.after is not None else ("$" if args.all and args.follow else "0")
+
+    def skipped(item: SkippedEvent) -> None:
+        print(f"{prog} tail: skipped {item.stream} {item.id}: {item.reason}", file=sys.stderr)
+
+    # SIGTERM ends the tail like Ctrl-C: the connection is closed and the position printed
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    steps: dict[tuple[str, str, str], int] = {}
+    with RedisStreamSaver.from_conn_string(args.url, prefix=args.prefix) as saver:
+        options = {"follow": args.follow, "checkpoint_ns": args.ns, "on_skip": skipped}
+        reader: Tail | TailAll
+        if args.all:
+            reader = saver.tail_all(after=after, **options)
+        else:
+            reader = saver.tail(args.thread_id, after=after, **options)
+        try:
+            with reader:
+                for event in reader:
+                    if args.json:
+                        line = json.dumps(event.model_dump(), default=_jsonable)
+                    else:
+                        line = _tail_line(event, steps, args.all)
+                    print(line, flush=True)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            if isinstance(reader, TailAll):
+                resume = f"'{reader.cursor.model_dump_json()}'"
+            else:
+                resume = reader.position or after
+            print(f"{prog} tail: resume with --from {resume}", file=sys.stderr)
+    return 0

@@ -1,7 +1,7 @@
 -- Helpers shared by every streamsaver script. Scripts are this file, projection.lua and, for
 -- readers, read.lua, followed by one entry body (see streamsaver/_scripts.py).
 --
--- Every script touches the three keys of ONE thread, which share a hash tag:
+-- Every script touches the keys of ONE thread, which share a hash tag (so, one cluster slot):
 --   KEYS[1] log  stream: the thread's events, the only source of truth
 --   KEYS[2] ix   sorted set, every score 0, so members sort by their bytes:
 --                  "c" .. lp(ns) .. checkpoint_id                 a live checkpoint
@@ -12,6 +12,9 @@
 --                      the event field holding the value, or, with a base version, holding the
 --                      items appended to the value of (channel, base) (see _delta.py)
 --                  "w" .. lp(ns) .. checkpoint_id            -> msgpack [task, idx, event id, pos, ...]
+--   KEYS[4] feed (scripts that append: append, import, delete_runs, compact) stream of
+--                pointers to the appended events, shared by the threads of one cluster slot
+--                (see notify() below and streamsaver/_feed.py); their ARGV[1] is its MAXLEN
 -- lp() is a length prefix: it makes every composite member prefix-free, so no thread,
 -- namespace, channel or task name can collide with another whatever bytes it holds.
 
@@ -48,4 +51,17 @@ local function entry_fields(log, eid, cache)
     cache[eid] = f
   end
   return f
+end
+
+-- The feed: every event appended to a thread's log is announced, in the same script, by a small
+-- pointer entry in the feed of the log's own slot, which tail_all and consumer groups read. It
+-- is derived and trimmed (approximate MAXLEN); no script reads it, so replay never needs it.
+-- maxlen 0 (or no feed key) announces nothing.
+local function notify(feed, maxlen, id, f)
+  maxlen = tonumber(maxlen) or 0
+  if feed == nil or maxlen <= 0 then
+    return
+  end
+  redis.call('XADD', feed, 'MAXLEN', '~', maxlen, '*', 't', f.thread or '', 'e', id,
+             'k', f.k or '', 'ns', f.ns or '', 'c', f.id or '')
 end

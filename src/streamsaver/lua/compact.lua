@@ -2,7 +2,7 @@
 -- re-appended as a self-contained event (every channel value it reads, not only the ones that
 -- changed, with the parts append values are made of), followed by its still-pending writes; then everything older is trimmed and the
 -- indexes are re-projected from what is left, so a replay of the log gives the same reads.
--- KEYS: log ix ptr   Returns the number of log entries removed.
+-- KEYS: log ix ptr feed   ARGV[1]: the feed's MAXLEN   Returns the number of log entries removed.
 local log, ix, ptr = KEYS[1], KEYS[2], KEYS[3]
 local members = redis.call('ZRANGEBYLEX', ix, '[c', '[c\255')
 if #members == 0 then
@@ -92,6 +92,8 @@ end
 local removed = redis.call('XTRIM', log, 'MINID', ids[1])
 redis.call('DEL', ix, ptr)
 for i, ev in ipairs(events) do
-  apply(log, ix, ptr, ids[i], fields_of(ev))
+  local f = fields_of(ev)
+  apply(log, ix, ptr, ids[i], f)
+  notify(KEYS[4], ARGV[1], ids[i], f)
 end
 return removed

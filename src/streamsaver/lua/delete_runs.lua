@@ -1,9 +1,9 @@
 -- delete_for_runs on one thread: append one "delete" event naming every checkpoint of the
 -- given runs, and project it. Appends nothing when the thread has none of them.
--- KEYS: log ix ptr   ARGV[1]: thread id   ARGV[2..]: run ids
+-- KEYS: log ix ptr feed   ARGV[1]: the feed's MAXLEN   ARGV[2]: thread id   ARGV[3..]: run ids
 -- Returns the number of checkpoints deleted.
 local items, runs = {}, {}
-for i = 2, #ARGV do
+for i = 3, #ARGV do
   local r = 'r' .. lp(ARGV[i])
   local ms = redis.call('ZRANGEBYLEX', KEYS[2], '[' .. r, '[' .. r .. '\255')
   if #ms > 0 then
@@ -18,8 +18,10 @@ end
 if #items == 0 then
   return 0
 end
-local ev = {'k', 'delete', 'sv', tostring(SCHEMA), 'thread', ARGV[1],
+local ev = {'k', 'delete', 'sv', tostring(SCHEMA), 'thread', ARGV[2],
             'items', cmsgpack.pack(items), 'runs', cmsgpack.pack(runs)}
 local id = redis.call('XADD', KEYS[1], '*', unpack(ev))
-apply(KEYS[1], KEYS[2], KEYS[3], id, fields_of(ev))
+local f = fields_of(ev)
+apply(KEYS[1], KEYS[2], KEYS[3], id, f)
+notify(KEYS[4], ARGV[1], id, f)
 return #items / 2

@@ -1,7 +1,8 @@
 -- Append a batch of events (copied from another thread) and project each.
--- KEYS: log ix ptr of the target   ARGV: per event, its field count, then its fields
+-- KEYS: log ix ptr feed of the target   ARGV[1]: the feed's MAXLEN
+-- ARGV[2..]: per event, its field count, then its fields
 -- Returns the number of events appended.
-local i, n = 1, 0
+local i, n = 2, 0
 while i <= #ARGV do
   local count = tonumber(ARGV[i])
   local ev = {}
@@ -9,7 +10,9 @@ while i <= #ARGV do
     ev[j] = ARGV[i + j]
   end
   local id = redis.call('XADD', KEYS[1], '*', unpack(ev))
-  apply(KEYS[1], KEYS[2], KEYS[3], id, fields_of(ev))
+  local f = fields_of(ev)
+  apply(KEYS[1], KEYS[2], KEYS[3], id, f)
+  notify(KEYS[4], ARGV[1], id, f)
   i = i + count + 1
   n = n + 1
 end

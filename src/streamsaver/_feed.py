@@ -1,0 +1,101 @@
+"""The feed keyspace: where tail_all and consumer groups learn about every thread. No I/O.
+
+Every append script also adds a small pointer entry (thread id, event id, kind, namespace,
+checkpoint id) to the *feed* of the thread's Redis Cluster slot, ``<prefix>:feed:{<slot tag>}``.
+The slot tag is a fixed 4-character string whose CRC16 lands in that slot, so the feed shares
+the thread's slot and the append stays one single-slot script. There are at most 16384 feeds
+per prefix, and their names are known in advance, so a reader finds them by probing those names
+instead of scanning the keyspace. Feeds are derived, trimmed pointers: the thread logs remain
+the only source of truth, and nothing (rebuild, replay, reads) needs them.
+
+Poison entries of a consumer group are parked in ``<prefix>:parked:{<slot tag>}``, the same slot.
+The ``feed:`` / ``parked:`` infix keeps these keys apart from thread keys (``<prefix>:{...}``) and
+lets an ACL or ``CLIENT TRACKING ... BCAST PREFIX`` name all feeds of a prefix at once.
+"""
+
+from __future__ import annotations
+
+from binascii import crc_hqx
+from functools import cache
+
+from ._keys import escape_glob
+
+__all__ = [
+    "DEFAULT_FEED_MAXLEN",
+    "SLOTS",
+    "feed_key",
+    "feed_of_log",
+    "feed_pattern",
+    "parked_key",
+    "slot_of",
+    "slot_of_feed",
+    "slot_tag",
+]
+
+SLOTS = 16384
+DEFAULT_FEED_MAXLEN = 10_000
+_MASK = SLOTS - 1
+_ALPHABET = "0123456789abcdefghijklmnopqrstuvwxyz"
+
+
+@cache
+def _slot_tags() -> tuple[str, ...]:
+    """For every slot, the first 4-character tag (one character, then three, each over
+    ``_ALPHABET`` in order) whose CRC16 lands in it. The CRC (XMODEM, initial value 0) is linear
+    over bytes of a fixed length, so ``crc(p + q) = crc(p + "\\0\\0\\0") ^ crc(q)``: a dictionary
+    of three-character tails turns the search into about one lookup per slot. These names are
+    stored keys: never change the enumeration."""
+    tails: dict[int, str] = {}
+    for a in _ALPHABET:
+        for b in _ALPHABET:
+            for c in _ALPHABET:
+                q = a + b + c
+                tails.setdefault(crc_hqx(q.encode(), 0) & _MASK, q)
+    heads = [(p, crc_hqx(p.encode() + b"\0\0\0", 0) & _MASK) for p in _ALPHABET]
+    tags = []
+    for slot in range(SLOTS):
+        for p, h in heads:
+            tail = tails.get(slot ^ h)
+            if tail is not None:
+                tags.append(p + tail)
+                break
+        else:  # pragma: no cover - the alphabet covers every slot (tested)
+            raise AssertionError(f"no slot tag for slot {slot}")
+    return tuple(tags)
+
+
+def slot_tag(slot: int) -> str:
+    return _slot_tags()[slot]
+
+
+def slot_of(key: str) -> int:
+    """Redis Cluster's slot of ``key`` (its hash tag, or the whole key)."""
+    raw = key.encode()
+    start = raw.find(b"{")
+    if start > -1:
+        end = raw.find(b"}", start + 1)
+        if end > start + 1:
+            raw = raw[start + 1 : end]
+    return crc_hqx(raw, 0) & _MASK
+
+
+def feed_key(prefix: str, slot: int) -> str:
+    return f"{prefix}:feed:{{{slot_tag(slot)}}}"
+
+
+def parked_key(prefix: str, slot: int) -> str:
+    return f"{prefix}:parked:{{{slot_tag(slot)}}}"
+
+
+def feed_of_log(prefix: str, log_key: str) -> str:
+    """The feed a thread's appends notify: the one in the log's own slot."""
+    return feed_key(prefix, slot_of(log_key))
+
+
+def slot_of_feed(prefix: str, key: str) -> int:
+    return slot_of(key)
+
+
+def feed_pattern(prefix: str) -> str:
+    """SCAN pattern of every feed under ``prefix`` (for tools; streamsaver itself probes)."""
+    return escape_glob(prefix) + ":feed:{*}"

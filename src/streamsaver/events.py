@@ -1,0 +1,130 @@
+"""The events tail consumers read, as pydantic models with a schema version.
+
+``ThreadEvent`` is one entry of a thread's log (docs/events.md), decoded: ids, kind, metadata
+and, for a ``writes`` event, the written values through the saver's serializer. A checkpoint
+event does not carry the full state (values that did not change are stored once, in earlier
+events); ``saver.get_tuple(event.config)`` returns it. ``SkippedEvent`` reports an entry a
+tailer could not hand over (unknown kind, newer schema, undecodable, gone); ``FeedCursor`` is
+where a ``tail_all`` stopped; ``Delivery`` is one event handed to a consumer-group member.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from langchain_core.runnables import RunnableConfig
+from pydantic import BaseModel, ConfigDict, Field
+
+from ._codec import SCHEMA_VERSION
+from ._config import make_config
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "Delivery",
+    "FeedCursor",
+    "SkippedEvent",
+    "ThreadEvent",
+]
+
+EventKind = Literal["checkpoint", "writes", "delete"]
+
+
+class ThreadEvent(BaseModel):
+    """One event of a thread's log. ``schema_version`` is the event's own ``sv``."""
+
+    model_config = ConfigDict(frozen=True)
+
+    schema_version: int = Field(description="schema version of the stored event")
+    id: str = Field(description="stream entry id in the thread's log, '<unix ms>-<seq>'")
+    kind: EventKind
+    thread_id: str
+    checkpoint_ns: str = ""
+    checkpoint_id: str | None = Field(
+        default=None, description="the checkpoint put, or the one the writes belong to"
+    )
+    parent_checkpoint_id: str | None = None
+    task_id: str | None = None
+    task_path: str | None = None
+    run_id: str | None = None
+    timestamp: datetime = Field(description="when the server appended it (from the id), UTC")
+    metadata: dict[str, Any] | None = Field(
+        default=None, description="checkpoint metadata (source, step, parents, run_id, ...)"
+    )
+    channels: tuple[str, ...] = Field(
+        default=(),
+        description="checkpoint: channels whose value this event stores; writes: channels written",
+    )
+    writes: tuple[tuple[str, Any], ...] = Field(
+        default=(), description="writes: the (channel, value) pairs, decoded through the serde"
+    )
+    deleted: tuple[tuple[str, str], ...] = Field(
+        default=(), description="delete: the (namespace, checkpoint id) pairs removed"
+    )
+    runs: tuple[str, ...] = Field(default=(), description="delete: the run ids that matched")
+    origin: str | None = Field(
+        default=None, description="prune: id of the event this one was compacted from"
+    )
+    copy_of: tuple[str, str] | None = Field(
+        default=None, description="copy_thread: (source thread id, source event id)"
+    )
+
+    @property
+    def config(self) -> RunnableConfig | None:
+        """For checkpoint and writes events: the checkpoint's config, for ``get_tuple``."""
+        if self.checkpoint_id is None:
+            return None
+        return make_config(self.thread_id, self.checkpoint_ns, self.checkpoint_id)
+
+    @property
+    def step(self) -> int | None:
+        step = (self.metadata or {}).get("step")
+        return step if isinstance(step, int) and not isinstance(step, bool) else None
+
+    @property
+    def node(self) -> str | None:
+        """The graph node a writes event came from, when its task path names it."""
+        if not self.task_path:
+            return None
+        # LangGraph's task paths look like "~__pregel_pull, agent"
+        last = self.task_path.rsplit(",", 1)[-1].strip().strip("'\"()")
+        return last or None
+
+
+class SkippedEvent(BaseModel):
+    """An entry a tailer reported and skipped instead of handing it over."""
+
+    model_config = ConfigDict(frozen=True)
+
+    stream: str = Field(description="the key it was read from (a thread log or a feed)")
+    id: str = Field(description="its entry id in that stream")
+    thread_id: str | None = None
+    event_id: str | None = Field(default=None, description="the thread log entry, when known")
+    kind: str | None = None
+    schema_version: str | None = None
+    reason: str
+
+
+class FeedCursor(BaseModel):
+    """Where a ``tail_all`` is: per cluster slot, the last feed entry handed over.
+
+    Serialize it with ``model_dump_json()`` and give it back (or its JSON) as ``after=`` to
+    resume exactly after the last event handled. Slots it does not name are read from their
+    beginning: their feed appeared after the cursor was taken.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    prefix: str
+    positions: dict[int, str] = Field(default_factory=dict)
+
+
+class Delivery(BaseModel):
+    """One event handed to a consumer-group member; ``group.ack(delivery)`` when done."""
+
+    model_config = ConfigDict(frozen=True)
+
+    event: ThreadEvent
+    stream: str = Field(description="the feed the group read it from")
+    entry_id: str = Field(description="the feed entry to acknowledge")
+    deliveries: int = Field(description="how many times the group has delivered it, this included")

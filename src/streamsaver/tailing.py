@@ -1,0 +1,725 @@
+"""The sync and asyncio shells of tailing: they only send what ``_tail`` yields.
+
+Blocking reads (``XREAD BLOCK``, ``XREADGROUP BLOCK``) go down a connection of their own, made
+from the saver client's connection settings and closed with the tail: they never hold a
+connection of the saver's pool, and they wait with a read timeout of the block time plus a
+grace period, whatever ``socket_timeout`` the client has. Everything else (pointer fetches,
+probes, acknowledgements, group scripts) is pipelined on the saver's client.
+
+Stopping: leaving a ``for`` loop (or ``close()`` / ``aclose()``) ends a tail at once; its
+connection is closed. ``stop()`` from another thread ends a blocked read at once with
+``CLIENT UNBLOCK`` (without that permission, within ``block_ms``). An asyncio tail also ends
+when its task is cancelled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import threading
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Generator, Iterator
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from uuid import uuid4
+
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+from redis.cluster import RedisCluster
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from ._errors import unavailable
+from ._tail import (
+    Batch,
+    Block,
+    Deliver,
+    FeedTail,
+    GroupReader,
+    ScriptCall,
+    TailOp,
+    ThreadTail,
+    script_source,
+)
+from .events import Delivery, FeedCursor, ThreadEvent
+
+if TYPE_CHECKING:
+    from .aio import AsyncRedisStreamSaver
+    from .saver import RedisStreamSaver
+
+__all__ = [
+    "AsyncConsumerGroup",
+    "AsyncTail",
+    "AsyncTailAll",
+    "ConsumerGroup",
+    "Tail",
+    "TailAll",
+    "default_consumer_name",
+]
+
+T = TypeVar("T", ThreadEvent, Delivery)
+R = TypeVar("R")
+_GRACE_S = 5.0  # a blocking read's timeout is its block time plus this
+_NETWORK = (RedisConnectionError, RedisTimeoutError)
+
+
+def default_consumer_name() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid4().hex[:8]}"
+
+
+# --- sync ------------------------------------------------------------------------------------
+
+
+class _Dedicated:
+    """One connection of the tail's own, and the server's id for it (for CLIENT UNBLOCK)."""
+
+    def __init__(self, conn: Any, node: Any) -> None:
+        self.conn = conn
+        self.node = node  # the cluster node it talks to, None on a standalone server
+        self.client_id: int | None = None
+
+
+class _SyncIO:
+    def __init__(self, saver: RedisStreamSaver) -> None:
+        self.client: Any = saver.client
+        self.cluster = isinstance(saver.client, RedisCluster)
+        self.scripts = {
+            name: saver.client.register_script(script_source(name))
+            for name in ("group_claim", "group_leave")
+        }
+        self.dedicated: dict[str, _Dedicated] = {}
+        self.stopped = threading.Event()
+        self.lock = threading.Lock()
+        self.blocked: _Dedicated | None = None
+
+    def execute(self, op: TailOp) -> Any:
+        if isinstance(op, Batch):
+            return self.batch(op)
+        if isinstance(op, Block):
+            return self.block(op)
+        self.stopped.wait(op.ms / 1000)
+        return None
+
+    def batch(self, op: Batch) -> list[Any]:
+        if not op.calls:
+            return []
+        pipe = self.client.pipeline(transaction=False)
+        for call in op.calls:
+            if isinstance(call, ScriptCall):
+                sha = self.scripts[call.name].sha
+                pipe.execute_command("EVALSHA", sha, len(call.keys), *call.keys, *call.args)
+            else:
+                pipe.execute_command(*call)
+        try:
+            replies: list[Any] = pipe.execute(raise_on_error=False)
+            for i, (call, reply) in enumerate(zip(op.calls, replies, strict=True)):
+                if isinstance(call, ScriptCall) and isinstance(reply, NoScriptError):
+                    # the server restarted or failed over: the Script loads itself and retries
+                    try:
+                        script = self.scripts[call.name]
+                        replies[i] = script(keys=list(call.keys), args=list(call.args))
+                    except ResponseError as exc:
+                        replies[i] = exc
+        except _NETWORK as exc:
+            raise unavailable(exc) from exc
+        return replies
+
+    def _connection(self, key: str | None) -> _Dedicated:
+        if self.cluster:
+            assert key is not None, "a blocking read on a cluster names its key"
+            node = self.client.get_node_from_key(key)
+            pool = self.client.get_redis_connection(node).connection_pool
+            name = node.name
+        else:
+            node, pool, name = None, self.client.connection_pool, ""
+        dedicated = self.dedicated.get(name)
+        if dedicated is None:
+            dedicated = _Dedicated(pool.connection_class(**pool.connection_kwargs), node)
+            self.dedicated[name] = dedicated
+        if dedicated.client_id is None:
+            dedicated.conn.connect()
+            try:
+                dedicated.conn.send_command("CLIENT", "ID")
+                dedicated.client_id = int(dedicated.conn.read_response())
+            except ResponseError:  # no permission: stop() then waits out the block time
+                dedicated.client_id = -1
+        return dedicated
+
+    def block(self, op: Block) -> Any:
+        for attempt in range(2):
+            if self.stopped.is_set():
+                return None
+            try:
+                dedicated = self._connection(op.key)
+                with self.lock:
+                    self.blocked = dedicated
+                try:
+                    if self.stopped.is_set():
+                        return None
+                    dedicated.conn.send_command(*op.args)
+                    return dedicated.conn.read_response(timeout=op.block_ms / 1000 + _GRACE_S)
+                finally:
+                    with self.lock:
+                        self.blocked = None
+            except ResponseError as exc:
+                return exc
+            except _NETWORK as exc:
+                self.close_connections()
+                if attempt or self.stopped.is_set():
+                    raise unavailable(exc) from exc
+        raise AssertionError("unreachable")
+
+    def close_connections(self) -> None:
+        for dedicated in self.dedicated.values():
+            dedicated.conn.disconnect()
+        self.dedicated.clear()
+
+    def stop(self) -> None:
+        """End the tail: at once if it waits in a blocking read (CLIENT UNBLOCK), else at its
+        next step. Safe from any thread."""
+        self.stopped.set()
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:
+            with self.lock:
+                target = self.blocked
+            if target is None or target.client_id is None or target.client_id < 0:
+                return
+            try:
+                options = {"target_nodes": target.node} if target.node is not None else {}
+                if self.client.execute_command("CLIENT", "UNBLOCK", target.client_id, **options):
+                    return
+            except (ResponseError, *_NETWORK):
+                return
+            # the read is not at the server yet: try again in a moment
+            time.sleep(0.005)
+
+    def close(self) -> None:
+        self.stopped.set()
+        self.close_connections()
+
+
+class _SyncDriver:
+    """Runs a core flow with a ``_SyncIO``. It references neither the public object nor its
+    iterator, so dropping the object (leaving a ``for`` loop) finalizes the iterator at once,
+    which closes the connection."""
+
+    def __init__(
+        self,
+        io: _SyncIO,
+        flow: Generator[TailOp | Deliver, Any, None],
+        finish: Callable[[], None] | None,
+    ) -> None:
+        self.io = io
+        self.flow = flow
+        self.finish = finish
+        self.closed = False
+        try:
+            # the start (resolving "$", finding feeds, joining a group) runs in the call, so
+            # "new events" means events appended after it
+            self.step = self.advance(None)
+        except BaseException:
+            self.shutdown()
+            raise
+
+    def advance(self, reply: Any) -> TailOp | Deliver | None:
+        """Send ``reply``; run non-blocking batches at once; the next other step (None: done)."""
+        try:
+            step = self.flow.send(reply)
+            while isinstance(step, Batch):
+                step = self.flow.send(self.io.execute(step))
+        except StopIteration:
+            return None
+        return step
+
+    def items(self) -> Generator[Any, None, None]:
+        try:
+            step = self.step
+            while step is not None and not self.io.stopped.is_set():
+                if isinstance(step, Deliver):
+                    yield step.item
+                    step = self.advance(None)
+                else:
+                    step = self.advance(self.io.execute(step))
+        finally:
+            self.shutdown()
+
+    def shutdown(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.flow.close()
+        try:
+            if self.finish is not None:
+                self.finish()
+        finally:
+            self.io.close()
+
+
+_S = TypeVar("_S", bound="_SyncDriven[Any]")
+
+
+class _SyncDriven(Generic[T]):
+    def __init__(self, io: _SyncIO, flow: Generator[TailOp | Deliver, Any, None]) -> None:
+        self._io = io
+        self._driver = _SyncDriver(io, flow, self._finisher())
+        self._items: Generator[T, None, None] = self._driver.items()
+
+    def _finisher(self) -> Callable[[], None] | None:
+        """What to run once reading is over, before the connection closes; it must not
+        reference ``self`` (see ``_SyncDriver``)."""
+        return None
+
+    def __iter__(self) -> Iterator[T]:
+        return self
+
+    def __next__(self) -> T:
+        return next(self._items)
+
+    def stop(self) -> None:
+        """End the iteration from another thread (a blocked read returns at once)."""
+        self._io.stop()
+
+    def close(self) -> None:
+        """End the iteration and close its connection; safe to call more than once."""
+        self._io.stop()
+        try:
+            self._items.close()
+        except ValueError:
+            return  # iterating in another thread right now: stop() makes it end by itself
+        self._driver.shutdown()
+
+    def __enter__(self: _S) -> _S:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class Tail(_SyncDriven[ThreadEvent]):
+    """``saver.tail(...)``: one thread's events, in order. ``position`` is the id of the last
+    event handed over (or skipped): ``saver.tail(thread_id, after=position)`` resumes exactly
+    after it. ``skipped`` counts events reported and skipped."""
+
+    def __init__(self, saver: RedisStreamSaver, core: ThreadTail) -> None:
+        self._core = core
+        super().__init__(_SyncIO(saver), core.run())
+
+    @property
+    def position(self) -> str | None:
+        return self._core.position
+
+    @property
+    def skipped(self) -> int:
+        return self._core.skipped
+
+
+class TailAll(_SyncDriven[ThreadEvent]):
+    """``saver.tail_all(...)``: every thread's events, through the feeds. ``cursor`` is where
+    it is (after the last event handed over): ``saver.tail_all(after=cursor)`` resumes."""
+
+    def __init__(self, saver: RedisStreamSaver, core: FeedTail) -> None:
+        self._core = core
+        super().__init__(_SyncIO(saver), core.run())
+
+    @property
+    def cursor(self) -> FeedCursor:
+        return self._core.cursor
+
+    @property
+    def skipped(self) -> int:
+        return self._core.skipped
+
+
+class ConsumerGroup(_SyncDriven[Delivery]):
+    """``saver.consumer_group(...)``: this process's member of a consumer group over every
+    thread's events. Iterate for ``Delivery`` values and ``ack()`` each one handled; one not
+    acknowledged within ``min_idle_ms`` is delivered again (to any member), and one delivered
+    ``max_deliveries`` times is parked. ``close()`` leaves the group: the member is deleted
+    unless entries are still pending for it (``kept_on`` says on how many feeds)."""
+
+    def __init__(self, saver: RedisStreamSaver, core: GroupReader) -> None:
+        self._core = core
+        self._kept = [0]
+        io = _SyncIO(saver)
+        super().__init__(io, core.run())
+
+    def _finisher(self) -> Callable[[], None] | None:
+        core, io, kept = self._core, self._io, self._kept
+
+        def leave() -> None:
+            try:
+                kept[0] = _drive_sync(core.leave(), io.batch)
+            except _NETWORK:
+                kept[0] = -1  # the server is gone; the others reap this member later
+
+        return leave
+
+    @property
+    def kept_on(self) -> int:
+        """After close: on how many feeds this member stays, with pending entries."""
+        return self._kept[0]
+
+    @property
+    def group(self) -> str:
+        return self._core.group
+
+    @property
+    def consumer(self) -> str:
+        return self._core.consumer
+
+    @property
+    def skipped(self) -> int:
+        return self._core.skipped
+
+    @property
+    def parked(self) -> int:
+        """Entries this member parked after ``max_deliveries`` deliveries."""
+        return self._core.parked
+
+    def ack(self, *deliveries: Delivery) -> None:
+        """Acknowledge handled deliveries (one round trip); safe from any thread."""
+        for reply in self._io.batch(self._core.ack_call(deliveries)):
+            if isinstance(reply, Exception):
+                raise reply
+
+    def destroy(self) -> int:
+        """Delete the group from every feed, pending entries included; returns on how many."""
+        self.close()
+        return _drive_sync(self._core.destroy(), self._io.batch)
+
+
+def _drive_sync(flow: Generator[TailOp, Any, R], batch: Callable[[Batch], Any]) -> R:
+    reply: Any = None
+    try:
+        while True:
+            step = flow.send(reply)
+            if not isinstance(step, Batch):
+                raise AssertionError(f"{step!r} in a one-shot flow")
+            reply = batch(step)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+
+
+# --- asyncio ---------------------------------------------------------------------------------
+
+
+class _AsyncIO:
+    def __init__(self, saver: AsyncRedisStreamSaver) -> None:
+        self.client: Any = saver.client
+        self.cluster = isinstance(saver.client, AsyncRedisCluster)
+        self.scripts = {
+            name: saver.client.register_script(script_source(name))
+            for name in ("group_claim", "group_leave")
+        }
+        self.dedicated: dict[str, _Dedicated] = {}
+        self.stopped = threading.Event()
+        self.blocked: _Dedicated | None = None
+
+    async def execute(self, op: TailOp) -> Any:
+        if isinstance(op, Batch):
+            return await self.batch(op)
+        if isinstance(op, Block):
+            return await self.block(op)
+        deadline = time.monotonic() + op.ms / 1000
+        # short naps, so a stop() from another thread is seen; cancellation ends it at once
+        while not self.stopped.is_set() and time.monotonic() < deadline:
+            await asyncio.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+        return None
+
+    async def batch(self, op: Batch) -> list[Any]:
+        if not op.calls:
+            return []
+        pipe = self.client.pipeline(transaction=False)
+        for call in op.calls:
+            if isinstance(call, ScriptCall):
+                sha = self.scripts[call.name].sha
+                pipe.execute_command("EVALSHA", sha, len(call.keys), *call.keys, *call.args)
+            else:
+                pipe.execute_command(*call)
+        try:
+            replies: list[Any] = await pipe.execute(raise_on_error=False)
+            for i, (call, reply) in enumerate(zip(op.calls, replies, strict=True)):
+                if isinstance(call, ScriptCall) and isinstance(reply, NoScriptError):
+                    try:
+                        script = self.scripts[call.name]
+                        replies[i] = await script(keys=list(call.keys), args=list(call.args))
+                    except ResponseError as exc:
+                        replies[i] = exc
+        except _NETWORK as exc:
+            raise unavailable(exc) from exc
+        return replies
+
+    async def _connection(self, key: str | None) -> _Dedicated:
+        if self.cluster:
+            assert key is not None, "a blocking read on a cluster names its key"
+            node = self.client.get_node_from_key(key)
+            cls, kwargs, name = node.connection_class, node.connection_kwargs, node.name
+        else:
+            pool = self.client.connection_pool
+            node, cls, kwargs, name = None, pool.connection_class, pool.connection_kwargs, ""
+        dedicated = self.dedicated.get(name)
+        if dedicated is None:
+            dedicated = _Dedicated(cls(**kwargs), node)
+            self.dedicated[name] = dedicated
+        if dedicated.client_id is None:
+            await dedicated.conn.connect()
+            try:
+                await dedicated.conn.send_command("CLIENT", "ID")
+                dedicated.client_id = int(await dedicated.conn.read_response())
+            except ResponseError:
+                dedicated.client_id = -1
+        return dedicated
+
+    async def block(self, op: Block) -> Any:
+        for attempt in range(2):
+            if self.stopped.is_set():
+                return None
+            dedicated: _Dedicated | None = None
+            try:
+                dedicated = await self._connection(op.key)
+                self.blocked = dedicated
+                await dedicated.conn.send_command(*op.args)
+                return await dedicated.conn.read_response(timeout=op.block_ms / 1000 + _GRACE_S)
+            except ResponseError as exc:
+                return exc
+            except _NETWORK as exc:
+                await self._drop()
+                if attempt or self.stopped.is_set():
+                    raise unavailable(exc) from exc
+            except BaseException:
+                # cancelled mid-read: the reply would arrive on a connection nobody reads
+                await self._drop()
+                raise
+            finally:
+                self.blocked = None
+        raise AssertionError("unreachable")
+
+    async def _drop(self) -> None:
+        for dedicated in self.dedicated.values():
+            await dedicated.conn.disconnect()
+        self.dedicated.clear()
+
+    async def stop(self) -> None:
+        self.stopped.set()
+        target = self.blocked
+        if target is not None and target.client_id is not None and target.client_id >= 0:
+            options = {"target_nodes": target.node} if target.node is not None else {}
+            try:
+                await self.client.execute_command("CLIENT", "UNBLOCK", target.client_id, **options)
+            except (ResponseError, *_NETWORK):
+                pass
+
+    async def close(self) -> None:
+        self.stopped.set()
+        await self._drop()
+
+
+class _AsyncDriver:
+    """The asyncio twin of ``_SyncDriver``; the start runs on ``async with`` or the first
+    iteration (a constructor cannot wait)."""
+
+    def __init__(
+        self,
+        io: _AsyncIO,
+        flow: Generator[TailOp | Deliver, Any, None],
+        finish: Callable[[], Awaitable[None]] | None,
+    ) -> None:
+        self.io = io
+        self.flow = flow
+        self.finish = finish
+        self.closed = False
+        self.started = False
+        self.step: TailOp | Deliver | None = None
+
+    async def advance(self, reply: Any) -> TailOp | Deliver | None:
+        try:
+            step = self.flow.send(reply)
+            while isinstance(step, Batch):
+                step = self.flow.send(await self.io.execute(step))
+        except StopIteration:
+            return None
+        return step
+
+    async def start(self) -> None:
+        if not self.started:
+            self.started = True
+            try:
+                self.step = await self.advance(None)
+            except BaseException:
+                await self.shutdown()
+                raise
+
+    async def items(self) -> AsyncGenerator[Any, None]:
+        try:
+            await self.start()
+            step = self.step
+            while step is not None and not self.io.stopped.is_set():
+                if isinstance(step, Deliver):
+                    yield step.item
+                    step = await self.advance(None)
+                else:
+                    step = await self.advance(await self.io.execute(step))
+        finally:
+            await self.shutdown()
+
+    async def shutdown(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.flow.close()
+        try:
+            if self.finish is not None:
+                await self.finish()
+        finally:
+            await self.io.close()
+
+
+_A = TypeVar("_A", bound="_AsyncDriven[Any]")
+
+
+class _AsyncDriven(Generic[T]):
+    def __init__(self, io: _AsyncIO, flow: Generator[TailOp | Deliver, Any, None]) -> None:
+        self._io = io
+        self._driver = _AsyncDriver(io, flow, self._finisher())
+        self._items: AsyncGenerator[T, None] = self._driver.items()
+
+    def _finisher(self) -> Callable[[], Awaitable[None]] | None:
+        return None
+
+    def __aiter__(self) -> AsyncIterator[T]:
+        return self
+
+    async def __anext__(self) -> T:
+        return await self._items.__anext__()
+
+    async def start(self) -> None:
+        """Run the start now (resolve ``"$"``, find feeds, join the group); ``async with``
+        and the first iteration do it."""
+        await self._driver.start()
+
+    async def stop(self) -> None:
+        """End the iteration from another task (a blocked read returns at once)."""
+        await self._io.stop()
+
+    async def aclose(self) -> None:
+        """End the iteration and close its connection; safe to call more than once."""
+        self._io.stopped.set()
+        try:
+            await self._items.aclose()
+        except RuntimeError:  # running in another task right now: stop() ends it
+            await self._io.stop()
+            return
+        await self._driver.shutdown()
+
+    async def __aenter__(self: _A) -> _A:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+class AsyncTail(_AsyncDriven[ThreadEvent]):
+    """``saver.atail(...)``: the asyncio twin of ``Tail``."""
+
+    def __init__(self, saver: AsyncRedisStreamSaver, core: ThreadTail) -> None:
+        self._core = core
+        super().__init__(_AsyncIO(saver), core.run())
+
+    @property
+    def position(self) -> str | None:
+        return self._core.position
+
+    @property
+    def skipped(self) -> int:
+        return self._core.skipped
+
+
+class AsyncTailAll(_AsyncDriven[ThreadEvent]):
+    """``saver.atail_all(...)``: the asyncio twin of ``TailAll``."""
+
+    def __init__(self, saver: AsyncRedisStreamSaver, core: FeedTail) -> None:
+        self._core = core
+        super().__init__(_AsyncIO(saver), core.run())
+
+    @property
+    def cursor(self) -> FeedCursor:
+        return self._core.cursor
+
+    @property
+    def skipped(self) -> int:
+        return self._core.skipped
+
+
+class AsyncConsumerGroup(_AsyncDriven[Delivery]):
+    """``saver.aconsumer_group(...)``: the asyncio twin of ``ConsumerGroup``."""
+
+    def __init__(self, saver: AsyncRedisStreamSaver, core: GroupReader) -> None:
+        self._core = core
+        self._kept = [0]
+        super().__init__(_AsyncIO(saver), core.run())
+
+    def _finisher(self) -> Callable[[], Awaitable[None]] | None:
+        core, io, kept = self._core, self._io, self._kept
+
+        async def leave() -> None:
+            try:
+                kept[0] = await _drive_async(core.leave(), io.batch)
+            except _NETWORK:
+                kept[0] = -1
+
+        return leave
+
+    @property
+    def kept_on(self) -> int:
+        return self._kept[0]
+
+    @property
+    def group(self) -> str:
+        return self._core.group
+
+    @property
+    def consumer(self) -> str:
+        return self._core.consumer
+
+    @property
+    def skipped(self) -> int:
+        return self._core.skipped
+
+    @property
+    def parked(self) -> int:
+        return self._core.parked
+
+    async def ack(self, *deliveries: Delivery) -> None:
+        for reply in await self._io.batch(self._core.ack_call(deliveries)):
+            if isinstance(reply, Exception):
+                raise reply
+
+    async def destroy(self) -> int:
+        await self.aclose()
+        return await _drive_async(self._core.destroy(), self._io.batch)
+
+
+async def _drive_async(
+    flow: Generator[TailOp, Any, R], batch: Callable[[Batch], Awaitable[Any]]
+) -> R:
+    reply: Any = None
+    try:
+        while True:
+            step = flow.send(reply)
+            if not isinstance(step, Batch):
+                raise AssertionError(f"{step!r} in a one-shot flow")
+            reply = await batch(step)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
