@@ -5,6 +5,7 @@ from ._codec import SCHEMA_VERSION
 from ._durability import DurabilityError, DurabilityMode
 from ._errors import (
     CorruptIndexError,
+    FencedError,
     InvalidConfigError,
     InvalidInputError,
     InvalidUsageError,
@@ -12,6 +13,7 @@ from ._errors import (
     ServerTimeoutError,
     ServerUnavailableError,
     StreamSaverError,
+    ThreadDeletedError,
     UnsupportedServerError,
 )
 from ._ops import Replay
@@ -26,6 +28,7 @@ __all__ = [
     "CorruptIndexError",
     "DurabilityError",
     "DurabilityMode",
+    "FencedError",
     "InvalidConfigError",
     "InvalidInputError",
     "InvalidUsageError",
@@ -35,5 +38,6 @@ __all__ = [
     "ServerTimeoutError",
     "ServerUnavailableError",
     "StreamSaverError",
+    "ThreadDeletedError",
     "UnsupportedServerError",
 ]

@@ -49,6 +49,7 @@ class StreamSaverBase(BaseCheckpointSaver[str]):
         durability: DurabilityMode,
         replicas: int,
         durability_timeout_ms: int,
+        fencing: bool = False,
     ) -> None:
         super().__init__(serde=serde)
         for name, value, low in (
@@ -61,12 +62,17 @@ class StreamSaverBase(BaseCheckpointSaver[str]):
         self.max_payload_bytes = max_payload_bytes
         self.delta_cache_bytes = delta_cache_bytes
         self.durability = Durability(durability, replicas, durability_timeout_ms)
+        if not isinstance(fencing, bool):
+            raise InvalidInputError(f"fencing={fencing!r}: give True or False")
+        self.fencing = fencing
         self._ops = self._operations()
 
     def _operations(self) -> Operations:
         cache = DeltaCache(self.delta_cache_bytes) if self.delta_cache_bytes else None
         codec = Codec(self.serde, self.max_payload_bytes)
-        return Operations(self.prefix, codec, cache, self.durability)
+        ops = Operations(self.prefix, codec, cache, self.durability)
+        ops.fencing = self.fencing
+        return ops
 
     def with_allowlist(self, extra_allowlist: Collection[tuple[str, ...]]) -> StreamSaverBase:
         clone = super().with_allowlist(extra_allowlist)

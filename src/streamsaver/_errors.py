@@ -17,6 +17,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 __all__ = [
     "CorruptIndexError",
+    "FencedError",
     "InvalidConfigError",
     "InvalidInputError",
     "InvalidUsageError",
@@ -24,6 +25,7 @@ __all__ = [
     "ServerTimeoutError",
     "ServerUnavailableError",
     "StreamSaverError",
+    "ThreadDeletedError",
     "UnsupportedServerError",
 ]
 
@@ -78,6 +80,14 @@ def unavailable(exc: RedisConnectionError | RedisTimeoutError) -> ServerUnavaila
     return ServerUnavailableError(f"Redis is unavailable ({exc}); {_UNSURE}")
 
 
+class ThreadDeletedError(StreamSaverError):
+    """A put or put_writes continued the history of a thread that was deleted meanwhile."""
+
+
+class FencedError(StreamSaverError):
+    """With fencing on: the thread's latest checkpoint is no longer the parent this writer had."""
+
+
 class CorruptIndexError(StreamSaverError):
     """A derived index points at a log entry that is gone. Rebuild the thread's indexes."""
 
@@ -92,6 +102,12 @@ _CORRUPT = "STREAMSAVER_CORRUPT"
 def translate(exc: ResponseError) -> Exception:
     """The error to raise for a server reply; unknown ones pass through unchanged."""
     message = str(exc)
+    for marker, error in (
+        ("STREAMSAVER_DELETED", ThreadDeletedError),
+        ("STREAMSAVER_FENCED", FencedError),
+    ):
+        if marker in message:
+            return error(message.split(marker, 1)[1].strip())
     if _CORRUPT in message:
         detail = message.split(_CORRUPT, 1)[1].strip()
         return CorruptIndexError(

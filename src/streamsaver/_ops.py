@@ -31,7 +31,15 @@ from ._delta import DeltaCache, Known
 from ._durability import Durability
 from ._errors import InvalidConfigError, InvalidInputError, UnsupportedServerError
 from ._feed import DEFAULT_FEED_MAXLEN, feed_of_log
-from ._keys import ThreadKeys, log_pattern, lp, scratch_keys, thread_id_of, thread_keys
+from ._keys import (
+    ThreadKeys,
+    log_pattern,
+    lp,
+    scratch_keys,
+    thread_id_of,
+    thread_keys,
+    tombstone_of,
+)
 
 __all__ = [
     "Call",
@@ -50,6 +58,8 @@ T = TypeVar("T")
 MIN_SERVER = (6, 2)
 _PAGE = 100
 _COPY_BATCH = 200
+# how long a deleted thread refuses writes that continue its old history
+TOMBSTONE_MS = 7 * 24 * 3600 * 1000
 
 
 class Replay(NamedTuple):
@@ -168,10 +178,16 @@ class Operations:
 
     # pointers kept per feed (approximate MAXLEN); 0 announces nothing (see _feed.py)
     feed_maxlen: int = DEFAULT_FEED_MAXLEN
+    # refuse a loop/input checkpoint whose parent is not its namespace's latest (opt-in)
+    fencing: bool = False
 
     def appending(self, keys: ThreadKeys) -> tuple[str, ...]:
-        """Keys of a script that appends to a thread: its three, then its slot's feed."""
-        return (*keys, feed_of_log(self.prefix, keys.log))
+        """Keys of a script that appends to a thread: its three, its slot's feed, and the
+        tombstone a deletion leaves."""
+        return (*keys, feed_of_log(self.prefix, keys.log), tombstone_of(keys))
+
+    def _append_args(self, bases: Field, fields: Sequence[Field]) -> tuple[Field | int, ...]:
+        return (self.feed_maxlen, bases, "fence" if self.fencing else "", *fields)
 
     def keys(self, thread_id: str) -> ThreadKeys:
         return thread_keys(self.prefix, thread_id)
@@ -219,18 +235,18 @@ class Operations:
         keys = self.keys(target.thread_id)
         if cache is None:
             fields = event(_nothing_known).fields
-            yield Eval("append", self.appending(keys), (self.feed_maxlen, "", *fields), write=True)
+            yield Eval("append", self.appending(keys), self._append_args("", fields), write=True)
             return make_config(target.thread_id, target.checkpoint_ns, checkpoint_id)
         scope = (target.thread_id, target.checkpoint_ns)
         sent = event(lambda channel: cache.get((*scope, channel)))
-        args = (self.feed_maxlen, _bases(sent), *sent.fields)
+        args = self._append_args(_bases(sent), sent.fields)
         reply = yield Eval("append", self.appending(keys), args, write=True)
         if reply == b"stale":
             # another writer, a prune or a re-put changed what a base was: send whole values
             for channel, _, _ in sent.learned:
                 cache.drop((*scope, channel))
             sent = event(_nothing_known)
-            args = (self.feed_maxlen, "", *sent.fields)
+            args = self._append_args("", sent.fields)
             reply = yield Eval("append", self.appending(keys), args, write=True)
         event_id = reply.decode()
         for channel, field_name, known in sent.learned:
@@ -266,7 +282,7 @@ class Operations:
             str(run_id) if run_id is not None else "",
         )
         keys = self.appending(self.keys(target.thread_id))
-        yield Eval("append", keys, (self.feed_maxlen, "", *fields), write=True)
+        yield Eval("append", keys, self._append_args("", fields), write=True)
 
     def get_tuple(self, config: RunnableConfig) -> Flow[CheckpointTuple | None]:
         target = target_of(config)
@@ -367,8 +383,9 @@ class Operations:
         return decoded
 
     def delete_thread(self, thread_id: str) -> Flow[None]:
-        keys = self.keys(thread_id_str(thread_id, "thread_id"))
-        yield Call(("DEL", *keys), write=True)
+        thread_id = thread_id_str(thread_id, "thread_id")
+        keys = self.appending(self.keys(thread_id))
+        yield Eval("delete_thread", keys, (thread_id, TOMBSTONE_MS), write=True)
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> Flow[int]:
         runs = _str_list(run_ids, "run_ids")
@@ -423,7 +440,7 @@ class Operations:
         for thread_id in _str_list(thread_ids, "thread_ids"):
             keys = self.keys(thread_id)
             if strategy == "delete":
-                yield Call(("DEL", *keys), write=True)
+                yield from self.delete_thread(thread_id)
             else:
                 yield Eval("compact", self.appending(keys), (self.feed_maxlen,), write=True)
 

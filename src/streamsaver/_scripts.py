@@ -16,6 +16,7 @@ _ENTRIES: dict[str, tuple[str, ...]] = {
     "get": _READ,
     "list": _READ,
     "delete_runs": _WRITE,
+    "delete_thread": ("common.lua", "delete_thread.lua"),
     "replay": _WRITE,
     "verify": _WRITE,
     "import": _WRITE,
@@ -28,6 +29,6 @@ def _read(name: str) -> str:
 
 
 SOURCES: dict[str, str] = {
-    name: "\n".join(_read(part) for part in (*parts, f"{name}.lua"))
+    name: "\n".join(_read(part) for part in dict.fromkeys((*parts, f"{name}.lua")))
     for name, parts in _ENTRIES.items()
 }

@@ -15,7 +15,7 @@ SAVER_COMMANDS: tuple[str, ...] = (
     "evalsha", "script|load", "info", "scan", "xrange", "del", "wait", "waitaof", "ping",
     # what the scripts call (a script runs with its caller's permissions)
     "xadd", "xtrim", "xlen", "zadd", "zrem", "zrange", "zrangebylex", "zrevrangebylex",
-    "hset", "hsetnx", "hget", "hdel", "hgetall",
+    "hset", "hsetnx", "hget", "hdel", "hgetall", "exists", "pexpire",
 )  # fmt: skip
 
 

@@ -69,6 +69,7 @@ class AsyncRedisStreamSaver(StreamSaverBase):
         durability: DurabilityMode = "none",
         replicas: int = 1,
         durability_timeout_ms: int = 1000,
+        fencing: bool = False,
     ) -> None:
         if not isinstance(client, (aredis.Redis, AsyncRedisCluster)):
             raise InvalidInputError(
@@ -84,6 +85,7 @@ class AsyncRedisStreamSaver(StreamSaverBase):
             durability=durability,
             replicas=replicas,
             durability_timeout_ms=durability_timeout_ms,
+            fencing=fencing,
         )
         if durability != "none" and isinstance(client, AsyncRedisCluster):
             raise InvalidUsageError(
@@ -112,6 +114,7 @@ class AsyncRedisStreamSaver(StreamSaverBase):
         durability: DurabilityMode = "none",
         replicas: int = 1,
         durability_timeout_ms: int = 1000,
+        fencing: bool = False,
         cluster: bool | None = None,
     ) -> AsyncIterator[AsyncRedisStreamSaver]:
         """A saver on a client it creates from ``url`` and closes on exit. ``cluster``: use a
@@ -134,6 +137,7 @@ class AsyncRedisStreamSaver(StreamSaverBase):
                 durability=durability,
                 replicas=replicas,
                 durability_timeout_ms=durability_timeout_ms,
+                fencing=fencing,
             )
         finally:
             await client.aclose()

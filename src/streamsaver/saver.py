@@ -71,6 +71,7 @@ class RedisStreamSaver(StreamSaverBase):
         durability: DurabilityMode = "none",
         replicas: int = 1,
         durability_timeout_ms: int = 1000,
+        fencing: bool = False,
     ) -> None:
         if not isinstance(client, (redis.Redis, RedisCluster)):
             raise InvalidInputError(
@@ -86,6 +87,7 @@ class RedisStreamSaver(StreamSaverBase):
             durability=durability,
             replicas=replicas,
             durability_timeout_ms=durability_timeout_ms,
+            fencing=fencing,
         )
         self.client = client
         self._scripts = {name: client.register_script(src) for name, src in SOURCES.items()}
@@ -104,6 +106,7 @@ class RedisStreamSaver(StreamSaverBase):
         durability: DurabilityMode = "none",
         replicas: int = 1,
         durability_timeout_ms: int = 1000,
+        fencing: bool = False,
         cluster: bool | None = None,
     ) -> Iterator[RedisStreamSaver]:
         """A saver on a client it creates from ``url`` and closes on exit. ``cluster``: use a
@@ -123,6 +126,7 @@ class RedisStreamSaver(StreamSaverBase):
                 durability=durability,
                 replicas=replicas,
                 durability_timeout_ms=durability_timeout_ms,
+                fencing=fencing,
             )
         finally:
             client.close()
