@@ -142,3 +142,24 @@ def test_nothing_is_logged_by_default(
     assert sync_saver.get_tuple(stored) is not None
     assert "4111-secret" not in caplog.text
     assert not [r for r in caplog.records if r.name.startswith("streamsaver")]
+
+
+def test_the_least_privilege_user_can_tail_and_run_a_consumer_group(tls: TlsServer) -> None:
+    tls.add_user("tailer", "pw", "tailer")
+    config: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    cp = generate_checkpoint(channel_values={"a": 1}, channel_versions={"a": 1})
+    with RedisStreamSaver.from_conn_string(tls.url("tailer", "pw"), prefix="tailer") as saver:
+        stored = saver.put(config, cp, generate_metadata(), {"a": 1})
+        saver.put_writes(stored, [("a", 2)], "task")
+        kinds = [e.kind for e in saver.tail("t", after="0", follow=False)]
+        assert kinds == ["checkpoint", "writes"]
+        assert len(list(saver.tail_all(after="0", follow=False))) == 2
+        with saver.consumer_group("workers", start="0") as group:
+            seen = []
+            for delivery in group:
+                seen.append(delivery.event.kind)
+                group.ack(delivery)
+                if len(seen) == 2:
+                    break
+        group.destroy()
+        assert seen == ["checkpoint", "writes"]

@@ -16,6 +16,10 @@ SAVER_COMMANDS: tuple[str, ...] = (
     # what the scripts call (a script runs with its caller's permissions)
     "xadd", "xtrim", "xlen", "zadd", "zrem", "zrange", "zrangebylex", "zrevrangebylex",
     "hset", "hsetnx", "hget", "hdel", "hgetall", "exists", "pexpire",
+    # tailing and consumer groups (docs/tailing.md): blocking reads on their own connection,
+    # woken with CLIENT UNBLOCK when stopped from another thread
+    "xread", "xrevrange", "xreadgroup", "xack", "xautoclaim", "xpending", "xgroup|create",
+    "xgroup|destroy", "xgroup|delconsumer", "xinfo|consumers", "client|id", "client|unblock",
 )  # fmt: skip
 
 
