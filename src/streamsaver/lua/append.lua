@@ -50,7 +50,7 @@ if ARGV[2] ~= '' then
     end
   end
 end
-local id = redis.call('XADD', KEYS[1], '*', unpack(fields))
+local id = append_event(KEYS[1], fields)
 apply(KEYS[1], KEYS[2], KEYS[3], id, f)
 notify(KEYS[4], ARGV[1], id, f)
 return id

@@ -53,6 +53,12 @@ local function entry_fields(log, eid, cache)
   return f
 end
 
+-- Every event enters a thread's log here (append, import, delete_runs, compact), so what each
+-- entry carries besides its own fields is added in one place.
+local function append_event(log, fields)
+  return redis.call('XADD', log, '*', unpack(fields))
+end
+
 -- The feed: every event appended to a thread's log is announced, in the same script, by a small
 -- pointer entry in the feed of the log's own slot, which tail_all and consumer groups read. It
 -- is derived and trimmed (approximate MAXLEN); no script reads it, so replay never needs it.

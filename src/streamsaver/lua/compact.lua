@@ -87,7 +87,7 @@ end
 
 local ids = {}
 for i, ev in ipairs(events) do
-  ids[i] = redis.call('XADD', log, '*', unpack(ev))
+  ids[i] = append_event(log, ev)
 end
 local removed = redis.call('XTRIM', log, 'MINID', ids[1])
 redis.call('DEL', ix, ptr)

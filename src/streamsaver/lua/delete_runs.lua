@@ -20,7 +20,7 @@ if #items == 0 then
 end
 local ev = {'k', 'delete', 'sv', tostring(SCHEMA), 'thread', ARGV[2],
             'items', cmsgpack.pack(items), 'runs', cmsgpack.pack(runs)}
-local id = redis.call('XADD', KEYS[1], '*', unpack(ev))
+local id = append_event(KEYS[1], ev)
 local f = fields_of(ev)
 apply(KEYS[1], KEYS[2], KEYS[3], id, f)
 notify(KEYS[4], ARGV[1], id, f)

@@ -9,7 +9,7 @@ while i <= #ARGV do
   for j = 1, count do
     ev[j] = ARGV[i + j]
   end
-  local id = redis.call('XADD', KEYS[1], '*', unpack(ev))
+  local id = append_event(KEYS[1], ev)
   local f = fields_of(ev)
   apply(KEYS[1], KEYS[2], KEYS[3], id, f)
   notify(KEYS[4], ARGV[1], id, f)
