@@ -117,9 +117,12 @@ local function finish(cursor_out)
   return out
 end
 
-local scanned = 0
+-- Lua builds a string for every member fetched: the first batch asks for one page, which an
+-- unfiltered list fills; only a filter that skips members goes on in bigger batches.
+local scanned, want = 0, size
 while true do
-  local batch = redis.call('ZREVRANGEBYLEX', KEYS[2], hi, lo, 'LIMIT', 0, 100)
+  local batch = redis.call('ZREVRANGEBYLEX', KEYS[2], hi, lo, 'LIMIT', 0, want)
+  want = 100
   if #batch == 0 then
     return finish('')
   end
