@@ -25,7 +25,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ._config import make_config
-from ._delta import Known, array_header, split_array
+from ._delta import Known, Written, array_header, split_array
 from ._errors import CorruptIndexError, InvalidInputError, PayloadTooLargeError
 
 __all__ = [
@@ -42,6 +42,7 @@ __all__ = [
 SCHEMA_VERSION = 1
 Field = str | bytes
 _EMPTY = ormsgpack.packb(("empty", b""))
+_SHARED = b"\x94\xa6shared"  # ormsgpack.packb(("shared", ref, offset, n))[:8]
 _JSON_SCALARS = (str, int, float, bool, type(None))
 _ABSENT = object()
 
@@ -137,10 +138,11 @@ class Codec:
         return fields
 
     def _value(
-        self, channel: str, value: Any, version: str, known: Known | None
+        self, channel: str, value: Any, version: str, known: Known | None, written: Written | None
     ) -> tuple[bytes, Known | None]:
-        """The event field for one channel value, whole or as an append to ``known``, and
-        what the saver learns by storing it."""
+        """The event field for one channel value, whole or as an append to ``known`` (naming
+        the bytes of a write in ``written`` when the tail is one), and what the saver learns by
+        storing it."""
         type_, data = self._dumps_typed(value, f"the value of channel {channel!r}")
         array = split_array(data) if type_ == "msgpack" else None
         if array is None:
@@ -159,7 +161,29 @@ class Codec:
             known.chain_bytes + len(tail),
             known.snapshot_bytes,
         )
+        shared = written.sharing(tail) if written is not None else None
+        if shared is not None:
+            # str and int only: read.lua unpacks it with cmsgpack to follow the reference
+            return ormsgpack.packb(("shared", *shared, count - known.count)), learned
         return ormsgpack.packb(("append", tail, count - known.count)), learned
+
+    @staticmethod
+    def unshared(raw: bytes, fields_of: Callable[[str], Mapping[bytes, bytes] | None]) -> bytes:
+        """An append part that names a write's bytes (``["shared", "<event id> w<i>", offset,
+        n]``, see _delta.Written) as the ordinary part holding them, for a copy into another
+        log; any other value as it is. ``fields_of(event id)``: that event's fields."""
+        if not raw.startswith(_SHARED):
+            return raw
+        _, ref, offset, count = ormsgpack.unpackb(raw)
+        eid, _, name = ref.partition(" ")
+        source = fields_of(eid)
+        data = source.get(name.encode()) if source is not None else None
+        if data is None:
+            raise CorruptIndexError(
+                f"an append part names write {ref}, which is not in the log: it was edited "
+                f"or trimmed outside streamsaver"
+            )
+        return ormsgpack.packb(("append", data[offset:], count))
 
     def checkpoint_event(
         self,
@@ -170,8 +194,10 @@ class Codec:
         new_versions: ChannelVersions,
         parent_id: str | None,
         known: Callable[[str], Known | None],
+        written: Written | None = None,
     ) -> CheckpointEvent:
-        """``known(channel)``: a stored list value the channel's new value may append to."""
+        """``known(channel)``: a stored list value the channel's new value may append to;
+        ``written``: the writes this process appended for the parent checkpoint."""
         _check_metadata(metadata, "metadata")
         values = checkpoint["channel_values"]
         record = {
@@ -190,7 +216,7 @@ class Codec:
                 raw: bytes = _EMPTY
             else:
                 previous = known(channel)
-                raw, learned = self._value(channel, values[channel], vkey, previous)
+                raw, learned = self._value(channel, values[channel], vkey, previous, written)
                 if learned is not None:
                     event.learned.append((channel, f"b{i}", learned))
                     if learned.chain and previous is not None:

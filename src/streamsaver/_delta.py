@@ -6,10 +6,16 @@ the new items' bytes (the tail) are stored, with a link to that base. Reading co
 parts and decodes once, so a reader gets back the very bytes the serde produced: values are
 compared as bytes, never as objects, and anything that is not a msgpack array is stored whole.
 
-A new full value (a snapshot) is stored once the tails since the last snapshot outweigh it, so
-snapshots are spaced geometrically and their total stays within about twice the final value:
-storage is proportional to the data. MAX_CHAIN bounds the parts a read may have to follow; reads
-by a saver that holds the value (it wrote or read it) follow none, so only cold reads pay it.
+A new full value (a snapshot) is stored once the tails since the last snapshot outweigh it
+SNAPSHOT_SPACING times, so snapshots are spaced geometrically (each about 1 + SNAPSHOT_SPACING
+times the last) and their total stays within (1 + 1/SNAPSHOT_SPACING) of the final value: storage
+is proportional to the data. MAX_CHAIN bounds the parts a read may have to follow; reads by a
+saver that holds the value (it wrote or read it) follow none, so only cold reads pay it.
+
+A tail is usually what a node just wrote: ``add_messages`` appends the written message, whose
+encoding is the same bytes inside the ``put_writes`` event. The cache remembers the writes this
+process sent for a thread's latest checkpoint, so the next checkpoint can name those bytes
+(``Written``) instead of storing them again.
 """
 
 from __future__ import annotations
@@ -19,9 +25,22 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 
-__all__ = ["MAX_CHAIN", "DeltaCache", "Known", "array_header", "split_array"]
+__all__ = [
+    "MAX_CHAIN",
+    "SNAPSHOT_SPACING",
+    "DeltaCache",
+    "Known",
+    "Written",
+    "array_header",
+    "split_array",
+]
 
-MAX_CHAIN = 512
+MAX_CHAIN = 1024
+# 3: snapshots total at most 4/3 of the final value, and a cold read follows at most MAX_CHAIN
+# parts; 1 (twice the value) cost 0.4 KB more per step of a 1,000-step conversation
+SNAPSHOT_SPACING = 3
+# below this a reference ("<event id> w<i>", offset, count) saves too little to be worth a lookup
+MIN_SHARED_BYTES = 64
 
 
 def split_array(data: bytes) -> tuple[int, int] | None:
@@ -64,9 +83,30 @@ class Known:
         if count < self.count or not data.startswith(self.body, header):
             return None
         tail = data[header + len(self.body) :]
-        if self.chain + 1 > MAX_CHAIN or self.chain_bytes + len(tail) > self.snapshot_bytes:
+        if (
+            self.chain + 1 > MAX_CHAIN
+            or self.chain_bytes + len(tail) > SNAPSHOT_SPACING * self.snapshot_bytes
+        ):
             return None
         return tail
+
+
+@dataclass(frozen=True, slots=True)
+class Written:
+    """The writes this process appended for one checkpoint: ``(ref, field bytes)``, ref being
+    ``"<event id> w<i>"``."""
+
+    checkpoint_id: str
+    fields: tuple[tuple[str, bytes], ...]
+
+    def sharing(self, tail: bytes) -> tuple[str, int] | None:
+        """(ref, offset) of a write whose field ends with exactly ``tail``, if any."""
+        if len(tail) < MIN_SHARED_BYTES:
+            return None
+        for ref, raw in self.fields:
+            if raw.endswith(tail):
+                return ref, len(raw) - len(tail)
+        return None
 
 
 class DeltaCache:
@@ -77,6 +117,8 @@ class DeltaCache:
         self.max_bytes = max_bytes
         self._groups: OrderedDict[tuple[str, str], dict[str, Known]] = OrderedDict()
         self._bytes = 0
+        # per (thread, namespace), the writes of one checkpoint: bounded by the same LRU
+        self._written: dict[tuple[str, str], Written] = {}
         # the sync saver is called from LangGraph's background threads
         self._lock = threading.Lock()
 
@@ -103,9 +145,36 @@ class DeltaCache:
             old = group.get(key[2])
             group[key[2]] = known
             self._bytes += len(known.body) - (len(old.body) if old else 0)
-            while self._bytes > self.max_bytes:
-                _, evicted = self._groups.popitem(last=False)
-                self._bytes -= sum(len(k.body) for k in evicted.values())
+            self._evict()
+
+    def _evict(self) -> None:
+        while self._bytes > self.max_bytes and self._groups:
+            scope, evicted = self._groups.popitem(last=False)
+            self._bytes -= sum(len(k.body) for k in evicted.values())
+            self._bytes -= _size(self._written.pop(scope, None))
+
+    def wrote(
+        self, scope: tuple[str, str], checkpoint_id: str, fields: list[tuple[str, bytes]]
+    ) -> None:
+        """Remember writes appended for ``checkpoint_id``; those of an older checkpoint go."""
+        with self._lock:
+            old = self._written.get(scope)
+            if old is not None and old.checkpoint_id == checkpoint_id:
+                fields = [*old.fields, *fields]
+            new = Written(checkpoint_id, tuple(fields))
+            if _size(new) > self.max_bytes // 4:
+                self._bytes -= _size(self._written.pop(scope, None))
+                return
+            self._groups.setdefault(scope, {})
+            self._groups.move_to_end(scope)
+            self._written[scope] = new
+            self._bytes += _size(new) - _size(old)
+            self._evict()
+
+    def written(self, scope: tuple[str, str], checkpoint_id: str | None) -> Written | None:
+        with self._lock:
+            found = self._written.get(scope)
+            return found if found is not None and found.checkpoint_id == checkpoint_id else None
 
     def drop(self, key: tuple[str, str, str]) -> None:
         with self._lock:
@@ -113,3 +182,7 @@ class DeltaCache:
             old = group.pop(key[2], None) if group is not None else None
             if old is not None:
                 self._bytes -= len(old.body)
+
+
+def _size(written: Written | None) -> int:
+    return sum(len(raw) for _, raw in written.fields) if written is not None else 0

@@ -25,9 +25,9 @@ from langgraph.checkpoint.base import (
     get_serializable_checkpoint_metadata,
 )
 
-from ._codec import CheckpointEvent, Codec, Field, Held, _check_metadata
+from ._codec import _SHARED, CheckpointEvent, Codec, Field, Held, _check_metadata
 from ._config import _configurable, make_config, target_of, thread_id_str
-from ._delta import DeltaCache, Known
+from ._delta import DeltaCache, Known, Written
 from ._durability import Durability
 from ._errors import InvalidConfigError, InvalidInputError, UnsupportedServerError
 from ._feed import DEFAULT_FEED_MAXLEN, feed_of_log
@@ -220,7 +220,7 @@ class Operations:
             )
         serializable = get_serializable_checkpoint_metadata(config, metadata)
 
-        def event(known: Callable[[str], Known | None]) -> CheckpointEvent:
+        def event(known: Callable[[str], Known | None], written: Written | None) -> CheckpointEvent:
             return self.codec.checkpoint_event(
                 target.thread_id,
                 target.checkpoint_ns,
@@ -229,23 +229,26 @@ class Operations:
                 new_versions,
                 target.checkpoint_id,
                 known,
+                written,
             )
 
         cache = self.cache
         keys = self.keys(target.thread_id)
         if cache is None:
-            fields = event(_nothing_known).fields
+            fields = event(_nothing_known, None).fields
             yield Eval("append", self.appending(keys), self._append_args("", fields), write=True)
             return make_config(target.thread_id, target.checkpoint_ns, checkpoint_id)
         scope = (target.thread_id, target.checkpoint_ns)
-        sent = event(lambda channel: cache.get((*scope, channel)))
+        written = cache.written(scope, target.checkpoint_id)
+        sent = event(lambda channel: cache.get((*scope, channel)), written)
         args = self._append_args(_bases(sent), sent.fields)
         reply = yield Eval("append", self.appending(keys), args, write=True)
         if reply == b"stale":
-            # another writer, a prune or a re-put changed what a base was: send whole values
+            # another writer, a prune or a re-put changed what a base or a shared write was:
+            # send whole values
             for channel, _, _ in sent.learned:
                 cache.drop((*scope, channel))
-            sent = event(_nothing_known)
+            sent = event(_nothing_known, None)
             args = self._append_args("", sent.fields)
             reply = yield Eval("append", self.appending(keys), args, write=True)
         event_id = reply.decode()
@@ -282,7 +285,14 @@ class Operations:
             str(run_id) if run_id is not None else "",
         )
         keys = self.appending(self.keys(target.thread_id))
-        yield Eval("append", keys, self._append_args("", fields), write=True)
+        reply = yield Eval("append", keys, self._append_args("", fields), write=True)
+        if self.cache is not None:
+            event_id = reply.decode()
+            self.cache.wrote(
+                (target.thread_id, target.checkpoint_ns),
+                target.checkpoint_id,
+                [(f"{event_id} {name!s}", raw) for name, raw in _write_fields(fields)],
+            )
 
     def get_tuple(self, config: RunnableConfig) -> Flow[CheckpointTuple | None]:
         target = target_of(config)
@@ -411,6 +421,8 @@ class Operations:
             )
         src, dst = self.keys(source), self.keys(target)
         start, copied = "-", 0
+        # the latest writes events seen: the parts of the checkpoints after them name their bytes
+        writes: dict[str, dict[bytes, bytes]] = {}
         while True:
             # one page at a time: the threads live in different slots, so no single script
             # can see both; every page appended is consistent on its own
@@ -419,6 +431,11 @@ class Operations:
                 return copied
             args: list[Field | int] = []
             for entry_id, fields in entries:
+                fields = yield from self._unshared(src.log, fields, writes)
+                if fields.get(b"k") == b"writes":
+                    writes[_text(entry_id)] = fields
+                    if len(writes) > _COPY_BATCH:
+                        del writes[next(iter(writes))]
                 event = {
                     **fields,
                     b"thread": target.encode(),
@@ -430,7 +447,25 @@ class Operations:
             args.insert(0, self.feed_maxlen)
             copied += yield Eval("import", self.appending(dst), args, write=True)
             last = entries[-1][0]
-            start = "(" + (last.decode() if isinstance(last, bytes) else last)
+            start = "(" + _text(last)
+
+    def _unshared(
+        self, log: str, fields: dict[bytes, bytes], writes: dict[str, dict[bytes, bytes]]
+    ) -> Flow[dict[bytes, bytes]]:
+        """A checkpoint event's fields with every part that names a write of its own log
+        replaced by the bytes it names: a copy lives in another log, with other event ids."""
+        if fields.get(b"k") != b"checkpoint":
+            return fields
+        for name, raw in fields.items():
+            if _is_value(name) and raw.startswith(_SHARED):
+                eid = ormsgpack.unpackb(raw)[1].partition(" ")[0]
+                if eid not in writes:
+                    found = yield Call(("XRANGE", log, eid, eid))
+                    writes[eid] = found[0][1] if found else {}
+        return {
+            name: self.codec.unshared(raw, writes.get) if _is_value(name) else raw
+            for name, raw in fields.items()
+        }
 
     def prune(self, thread_ids: Sequence[str], strategy: str) -> Flow[None]:
         if strategy not in ("keep_latest", "delete"):
@@ -464,6 +499,26 @@ class Operations:
 
 def _nothing_known(channel: str) -> Known | None:
     return None
+
+
+def _write_fields(fields: Sequence[Field]) -> Iterator[tuple[str, bytes]]:
+    """The ``w<i>`` fields of a writes event (see _codec.writes_event)."""
+    for name, raw in zip(fields[::2], fields[1::2], strict=True):
+        if (
+            isinstance(name, str)
+            and name[:1] == "w"
+            and name[1:].isdigit()
+            and isinstance(raw, bytes)
+        ):
+            yield name, raw
+
+
+def _is_value(name: bytes) -> bool:
+    return name[:1] == b"b" and name[1:].isdigit()
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
 
 
 def _bases(event: CheckpointEvent) -> bytes | str:

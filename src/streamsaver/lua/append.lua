@@ -46,6 +46,10 @@ if ARGV[2] ~= '' then
       if not ref or (ref ~= want and string.sub(ref, 1, #want + 1) ~= want .. ' ') then
         return 'stale'
       end
+      -- a prune may have trimmed the write a part names since the client appended it
+      if shared_tail(KEYS[1], f['b' .. ((i - 1) / 3)], {}) == false then
+        return 'stale'
+      end
       j = j + 1
     end
   end

@@ -53,6 +53,29 @@ local function entry_fields(log, eid, cache)
   return f
 end
 
+-- An append part that names the bytes of a write instead of holding them (see _delta.py):
+-- msgpack ["shared", "<event id> w<i>", offset, n]; nil for any other part. The write's field
+-- from offset on is the tail. A reference that does not resolve returns false and a reason.
+local SHARED = '\148\166shared'
+
+local function shared_tail(log, part, cache)
+  if string.sub(part, 1, #SHARED) ~= SHARED then
+    return nil
+  end
+  local ok, r = pcall(cmsgpack.unpack, part)
+  if not ok or type(r) ~= 'table' or type(r[2]) ~= 'string' or type(r[3]) ~= 'number'
+      or type(r[4]) ~= 'number' then
+    return false, 'a malformed shared part'
+  end
+  local eid, field = string.match(r[2], '^(%d+%-%d+) (w%d+)$')
+  local f = eid and entry_fields(log, eid, cache)
+  local raw = f and f[field]
+  if type(raw) ~= 'string' or r[3] < 0 or r[3] >= #raw then
+    return false, 'a shared part naming ' .. r[2] .. ', which is not in the log'
+  end
+  return string.sub(raw, r[3] + 1), r[4]
+end
+
 -- Every event enters a thread's log here (append, import, delete_runs, compact), so what each
 -- entry carries besides its own fields is added in one place.
 local function append_event(log, fields)
