@@ -76,6 +76,19 @@ local function shared_tail(log, part, cache)
   return string.sub(raw, r[3] + 1), r[4]
 end
 
+-- A stored value part as readers and copies need it: a shared part becomes the ordinary append
+-- part ["append", bin32 tail, n] holding the bytes it names; anything else stays as it is.
+-- nil and a reason when a shared part does not resolve.
+local function plain_part(log, part, cache)
+  local tail, n = shared_tail(log, part, cache)
+  if tail == false then
+    return nil, n
+  elseif tail then
+    return '\147\166append\198' .. struct.pack('>I4', #tail) .. tail .. cmsgpack.pack(n)
+  end
+  return part
+end
+
 -- Every event enters a thread's log here (append, import, delete_runs, compact), so what each
 -- entry carries besides its own fields is added in one place.
 local function append_event(log, fields)

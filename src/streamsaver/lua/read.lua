@@ -38,13 +38,9 @@ local function value_chain(log, ptr, p, channel, version, cache, held)
     end
     head = head or (eid .. ' ' .. field)
     local base = s2 and string.sub(ref, s2 + 1) or ''
-    local part = f[field]
-    local tail, n = shared_tail(log, part, cache)
-    if tail == false then
-      corrupt('value of channel ' .. channel .. ' version ' .. v .. ' is ' .. n)
-    elseif tail then
-      -- readers get an ordinary append part: ["append", bin32 tail, n]
-      part = '\147\166append\198' .. struct.pack('>I4', #tail) .. tail .. cmsgpack.pack(n)
+    local part, why = plain_part(log, f[field], cache)
+    if part == nil then
+      corrupt('value of channel ' .. channel .. ' version ' .. v .. ' is ' .. why)
     end
     links[#links + 1] = {v, base, part}
     if base == '' then
