@@ -107,6 +107,12 @@ class DeltaCache:
                 _, evicted = self._groups.popitem(last=False)
                 self._bytes -= sum(len(k.body) for k in evicted.values())
 
+    def drop_thread(self, thread_id: str) -> None:
+        """Forget every value held for the thread, in every namespace."""
+        with self._lock:
+            for group in [g for g in self._groups if g[0] == thread_id]:
+                self._bytes -= sum(len(k.body) for k in self._groups.pop(group).values())
+
     def drop(self, key: tuple[str, str, str]) -> None:
         with self._lock:
             group = self._groups.get(key[:2])

@@ -180,6 +180,10 @@ class Operations:
     feed_maxlen: int = DEFAULT_FEED_MAXLEN
     # refuse a loop/input checkpoint whose parent is not its namespace's latest (opt-in)
     fencing: bool = False
+    # a thread expires this long after its last write; 0: never (see _base.py)
+    ttl_ms: int = 0
+    # checkpoints kept per namespace, compacted as puts go (lua/append.lua); 0: all
+    keep_last: int = 0
 
     def appending(self, keys: ThreadKeys) -> tuple[str, ...]:
         """Keys of a script that appends to a thread: its three, its slot's feed, and the
@@ -187,7 +191,8 @@ class Operations:
         return (*keys, feed_of_log(self.prefix, keys.log), tombstone_of(keys))
 
     def _append_args(self, bases: Field, fields: Sequence[Field]) -> tuple[Field | int, ...]:
-        return (self.feed_maxlen, bases, "fence" if self.fencing else "", *fields)
+        fence = "fence" if self.fencing else ""
+        return (self.feed_maxlen, bases, fence, self.ttl_ms, self.keep_last, *fields)
 
     def keys(self, thread_id: str) -> ThreadKeys:
         return thread_keys(self.prefix, thread_id)
@@ -248,6 +253,11 @@ class Operations:
             sent = event(_nothing_known)
             args = self._append_args("", sent.fields)
             reply = yield Eval("append", self.appending(keys), args, write=True)
+        if isinstance(reply, list):
+            # a compaction moved every stored value: what this process holds for the thread
+            # no longer names where it is, except what this put just stored
+            reply = reply[0]
+            cache.drop_thread(target.thread_id)
         event_id = reply.decode()
         for channel, field_name, known in sent.learned:
             known.head = f"{event_id} {field_name}"
@@ -385,7 +395,7 @@ class Operations:
     def delete_thread(self, thread_id: str) -> Flow[None]:
         thread_id = thread_id_str(thread_id, "thread_id")
         keys = self.appending(self.keys(thread_id))
-        yield Eval("delete_thread", keys, (thread_id, TOMBSTONE_MS), write=True)
+        yield Eval("delete_thread", keys, (thread_id, TOMBSTONE_MS, self.ttl_ms), write=True)
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> Flow[int]:
         runs = _str_list(run_ids, "run_ids")
@@ -427,7 +437,7 @@ class Operations:
                 args.append(2 * len(event))
                 for name, value in event.items():
                     args += (name, value)
-            args.insert(0, self.feed_maxlen)
+            args[:0] = (self.feed_maxlen, self.ttl_ms)
             copied += yield Eval("import", self.appending(dst), args, write=True)
             last = entries[-1][0]
             start = "(" + (last.decode() if isinstance(last, bytes) else last)
@@ -442,7 +452,7 @@ class Operations:
             if strategy == "delete":
                 yield from self.delete_thread(thread_id)
             else:
-                yield Eval("compact", self.appending(keys), (self.feed_maxlen,), write=True)
+                yield Eval("prune", self.appending(keys), (self.feed_maxlen, 1), write=True)
 
     def rebuild(self, thread_id: str) -> Flow[Replay]:
         keys = self.keys(thread_id_str(thread_id, "thread_id"))

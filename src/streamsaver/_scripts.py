@@ -11,16 +11,17 @@ __all__ = ["SOURCES"]
 # takes only the files it calls.
 _WRITE = ("common.lua", "projection.lua")
 _READ = ("common.lua", "read.lua")
+_COMPACT = (*_WRITE, "read.lua", "compact.lua")
 _ENTRIES: dict[str, tuple[str, ...]] = {
-    "append": _WRITE,
+    "append": _COMPACT,
     "get": _READ,
     "list": _READ,
-    "delete_runs": _WRITE,
+    "delete_runs": _COMPACT,
     "delete_thread": ("common.lua", "delete_thread.lua"),
     "replay": _WRITE,
     "verify": _WRITE,
     "import": _WRITE,
-    "compact": (*_WRITE, "read.lua"),
+    "prune": _COMPACT,
 }
 
 
