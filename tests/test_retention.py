@@ -156,18 +156,23 @@ def test_bad_retention_options_raise_typed_errors(
 
 
 def test_an_expired_thread_leaves_no_key_behind(redis_client: redis.Redis, prefix: str) -> None:
-    saver = RedisStreamSaver(redis_client, prefix=prefix, ttl_seconds=1)
+    saver = RedisStreamSaver(redis_client, prefix=prefix, ttl_seconds=600)
     History(saver, thread_id="t").run(3)
     History(saver, thread_id="sub", ns="child:1").run(2)
     History(saver, thread_id="gone").run(2)
-    saver.delete_thread("gone")
     saver.copy_thread("t", "copy")
     saver.rebuild("t")
+    assert all(
+        redis_client.pttl(k) > 500_000 for t in ("t", "copy") for k in thread_keys(prefix, t)
+    )
+    # the last writes, by a saver whose threads live one second
+    short = RedisStreamSaver(redis_client, prefix=prefix, ttl_seconds=1)
+    for thread_id in ("t", "sub", "copy"):
+        short.put_writes(config(thread_id, "last"), [("x", 1)], "late")
+    short.delete_thread("gone")
     keys = thread_key_names(redis_client, prefix)
-    expected = {k.encode() for t in ("t", "sub", "copy") for k in thread_keys(prefix, t)} | {
-        tombstone_of(thread_keys(prefix, "gone")).encode()
-    }
-    assert keys == expected
+    expected = {k.encode() for t in ("t", "sub", "copy") for k in thread_keys(prefix, t)}
+    assert keys == expected | {tombstone_of(thread_keys(prefix, "gone")).encode()}
     assert all(0 < redis_client.pttl(k) <= 1000 for k in keys)
     wait_for(lambda: not thread_key_names(redis_client, prefix))
     assert saver.threads() == []
@@ -549,3 +554,33 @@ def test_conformance_suite_with_keep_last(redis_url: str) -> None:
 
     report = asyncio.run(validate(checkpointer_test(name="keep_last=2")(factory)))
     _assert_all_passed(report)
+
+
+async def test_async_saver_compacts_and_expires_alike(redis_url: str, prefix: str) -> None:
+    import redis.asyncio as aredis
+
+    from streamsaver import AsyncRedisStreamSaver
+
+    client = aredis.Redis.from_url(redis_url)
+    saver = AsyncRedisStreamSaver(client, prefix=prefix, keep_last=2, ttl_seconds=600)
+    parent: str | None = None
+    messages: list[str] = []
+    version = None
+    for step in range(9):
+        messages.append(f"{step}: {MESSAGE}")
+        version = saver.get_next_version(version)
+        checkpoint = generate_checkpoint(
+            channel_values={"messages": list(messages)}, channel_versions={"messages": version}
+        )
+        stored = await saver.aput(
+            config("t", parent), checkpoint, generate_metadata(step=step), {"messages": version}
+        )
+        await saver.aput_writes(stored, [("n", step)], "task")
+        parent = checkpoint["id"]
+    kept = [c async for c in saver.alist({"configurable": {"thread_id": "t"}})]
+    assert 2 <= len(kept) <= 4
+    assert kept[0].checkpoint["channel_values"]["messages"] == messages
+    assert kept[0].pending_writes == [("task", "n", 8)]
+    for key in thread_keys(prefix, "t"):
+        assert await client.pttl(key) > 500_000
+    await client.aclose()
