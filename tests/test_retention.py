@@ -538,6 +538,9 @@ def test_a_graph_on_keep_last_reads_its_latest_states_as_in_memory(
 
 
 def test_conformance_suite_with_keep_last(redis_url: str) -> None:
+    """The suite puts at most 4 checkpoints in a namespace, so keep_last=2 lets it see all it
+    wrote while every put runs the retention path (count, TTL) of the append script; with
+    keep_last=1 the tests that list a whole history fail, as they should."""
     import asyncio
     from uuid import uuid4
 
