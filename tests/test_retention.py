@@ -406,7 +406,7 @@ def test_a_compaction_costs_the_writer_no_extra_round_trip(
         history.step(step)
         # stored as the saver that never compacts stores it (an append, or a due snapshot)
         assert newest_parts(saver) == newest_parts(reference)
-    assert calls == ["append", "append"] * 8
+    assert calls == ["append_compacting", "append"] * 8
     assert redis_client.xlen(thread_keys(saver.prefix, "t").log) < 12
     assert_reads_match(saver, reference, "t")
 

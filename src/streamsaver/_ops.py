@@ -190,6 +190,10 @@ class Operations:
         tombstone a deletion leaves."""
         return (*keys, feed_of_log(self.prefix, keys.log), tombstone_of(keys))
 
+    @property
+    def _append(self) -> str:
+        return "append_compacting" if self.keep_last else "append"
+
     def _append_args(self, bases: Field, fields: Sequence[Field]) -> tuple[Field | int, ...]:
         fence = "fence" if self.fencing else ""
         return (self.feed_maxlen, bases, fence, self.ttl_ms, self.keep_last, *fields)
@@ -240,19 +244,21 @@ class Operations:
         keys = self.keys(target.thread_id)
         if cache is None:
             fields = event(_nothing_known).fields
-            yield Eval("append", self.appending(keys), self._append_args("", fields), write=True)
+            yield Eval(
+                self._append, self.appending(keys), self._append_args("", fields), write=True
+            )
             return make_config(target.thread_id, target.checkpoint_ns, checkpoint_id)
         scope = (target.thread_id, target.checkpoint_ns)
         sent = event(lambda channel: cache.get((*scope, channel)))
         args = self._append_args(_bases(sent), sent.fields)
-        reply = yield Eval("append", self.appending(keys), args, write=True)
+        reply = yield Eval(self._append, self.appending(keys), args, write=True)
         if reply == b"stale":
             # another writer, a prune or a re-put changed what a base was: send whole values
             for channel, _, _ in sent.learned:
                 cache.drop((*scope, channel))
             sent = event(_nothing_known)
             args = self._append_args("", sent.fields)
-            reply = yield Eval("append", self.appending(keys), args, write=True)
+            reply = yield Eval(self._append, self.appending(keys), args, write=True)
         if isinstance(reply, list):
             # a compaction moved every stored value: what this process holds for the thread
             # no longer names where it is, except what this put just stored

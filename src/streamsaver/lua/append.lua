@@ -7,7 +7,9 @@
 -- ARGV[4]: the thread's time to live in ms, restarted by this write (0: none)
 -- ARGV[5]: keep_last: checkpoints kept per namespace (0: all). A checkpoint that would make its
 --          namespace hold more than twice as many compacts the thread first (compact.lua),
---          so the cost of a compaction is spread over keep_last puts
+--          so the cost of a compaction is spread over keep_last puts. Only the
+--          append_compacting entry, which includes compact.lua, is sent a keep_last
+--          (streamsaver/_scripts.py)
 -- ARGV[6..]: the event's fields, flat [field, value, ...]
 -- Returns the new event id, {new event id, entries trimmed} when it compacted, or 'stale'
 -- (nothing written) when a base is not what the client saw: the client then sends whole values
