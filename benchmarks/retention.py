@@ -7,6 +7,8 @@ keeps everything, in the same run.
 checkpoints, so most puts cost what they cost without it and one in about N pays for a
 compaction of N checkpoints. The amortized figure is the mean step time; p99 and max show the
 compacting puts. Savers take turns step by step, on their own threads, so drift hits all alike.
+Then, one saver at a time on a fresh thread, the server's own time in scripts per step
+(``INFO commandstats``): the compaction's cost without the client's noise.
 """
 
 from __future__ import annotations
@@ -60,8 +62,17 @@ def _run(url: str, steps: int, keeps: list[int], rounds: int) -> dict[str, Any]:
                 times[name].append((time.perf_counter_ns() - began) / 1e6)
         for name, saver in savers.items():
             sizes[name] = _log_size(client, saver, thread_id)
+    server: dict[str, float] = {}
+    for name, saver in savers.items():
+        start_thread(saver, "server-time")
+        client.config_resetstat()
+        for step in range(steps):
+            agent_step(saver, "server-time", step)
+        stats = client.info("commandstats")
+        usec = sum(stats.get(f"cmdstat_{c}", {}).get("usec", 0) for c in ("evalsha", "eval"))
+        server[name] = usec / steps
     client.close()
-    return {"times": times, "sizes": sizes}
+    return {"times": times, "sizes": sizes, "server": server}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -73,12 +84,12 @@ def main(argv: list[str] | None = None) -> int:
     keeps = [int(k) for k in args.keep.split(",") if k.strip()]
     with EmbeddedRedis() as server:
         result = _run(server.url, args.steps, keeps, args.rounds)
-    times, sizes = result["times"], result["sizes"]
+    times, sizes, server = result["times"], result["sizes"], result["server"]
     base = statistics.fmean(times[BASELINE])
     print(f"agent step (get_tuple + put_writes + put), {args.steps} steps x {args.rounds} rounds")
     print(
         f"{'saver':<18} {'mean ms':>8} {'ratio':>6} {'p50':>6} {'p99':>6} {'max':>7} "
-        f"{'log entries':>12} {'log bytes':>10}"
+        f"{'log entries':>12} {'log bytes':>10} {'server us':>10} {'ratio':>6}"
     )
     for name, samples in times.items():
         ordered = sorted(samples)
@@ -87,7 +98,8 @@ def main(argv: list[str] | None = None) -> int:
         entries, size = sizes[name]
         print(
             f"{name:<18} {mean:8.3f} {mean / base:6.2f} {statistics.median(samples):6.3f} "
-            f"{p99:6.3f} {ordered[-1]:7.3f} {entries:12d} {size:10d}"
+            f"{p99:6.3f} {ordered[-1]:7.3f} {entries:12d} {size:10d} {server[name]:10.1f} "
+            f"{server[name] / server[BASELINE]:6.2f}"
         )
     return 0
 

@@ -6,6 +6,7 @@
 --   KEYS[2] ix   sorted set, every score 0, so members sort by their bytes:
 --                  "c" .. lp(ns) .. checkpoint_id                 a live checkpoint
 --                  "r" .. lp(run_id) .. lp(ns) .. checkpoint_id   run index for delete_for_runs
+--                  "e" .. event id                                a record (a delete event)
 --   KEYS[3] ptr  hash of pointers into the log:
 --                  "c" .. lp(ns) .. checkpoint_id            -> id of the checkpoint's event
 --                  "b" .. lp(ns) .. lp(channel) .. version   -> "<event id> <field>[ <base>]":

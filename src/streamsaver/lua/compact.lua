@@ -5,8 +5,9 @@
 -- MINID), so the log stays an append-only sequence a reader or an audit can follow.
 --
 -- What is appended again, each copy naming its source in 'origin':
---   1. every record, i.e. any entry that is neither a checkpoint nor writes ('delete' events,
---      and kinds from newer versions), as it was: what was deleted, and when, outlives pruning;
+--   1. every record, i.e. any projected event that is neither a checkpoint nor writes (today:
+--      'delete' events; projection.lua indexes them in ix), as it was: what was deleted, and
+--      when, outlives pruning. Events this version cannot project are not kept;
 --   2. the kept checkpoints (the last `keep` of each namespace by checkpoint id, or all live
 --      ones when keep is 0), oldest event first, each followed by its still-pending writes.
 --      A copy carries the value fields its event stored, plus the parts of every value it
@@ -75,22 +76,20 @@ local function kept_members(ix, keep, new)
   return kept, latest
 end
 
--- Every record of the log, copied (see 1. above).
-local function records(log)
-  local out, start = {}, '-'
-  while true do
-    local batch = redis.call('XRANGE', log, start, '+', 'COUNT', 1000)
-    if #batch == 0 then
-      return out
-    end
-    for _, e in ipairs(batch) do
-      local f = fields_of(e[2])
-      if f.k ~= 'checkpoint' and f.k ~= 'writes' then
-        out[#out + 1] = copy_header(e[1], f)
-      end
-    end
-    start = '(' .. batch[#batch][1]
+-- Copies of the log's records (see 1. above), in log order.
+local function records(log, ix, cache)
+  local ids, out = {}, {}
+  for _, m in ipairs(redis.call('ZRANGEBYLEX', ix, '[e', '[e\255')) do
+    ids[#ids + 1] = string.sub(m, 2)
   end
+  table.sort(ids, id_less)
+  for _, id in ipairs(ids) do
+    local f = entry_fields(log, id, cache)
+    if f then
+      out[#out + 1] = copy_header(id, f)
+    end
+  end
+  return out
 end
 
 -- A checkpoint's copy: its own value fields, and the parts (from any event) of each value it
@@ -204,7 +203,7 @@ local function compact(log, ix, ptr, feed, maxlen, keep, extra)
   end
   table.sort(kept, function(a, b) return id_less(a[1], b[1]) end)
 
-  local events = records(log)
+  local events = records(log, ix, cache)
   for _, c in ipairs(kept) do
     events[#events + 1] = checkpoint_copy(log, ptr, c[1], c[2], cache, provided)
     writes_copies(log, ptr, c[2], cache, events)

@@ -25,7 +25,8 @@ local ev = {'k', 'delete', 'sv', tostring(SCHEMA), 'thread', ARGV[2],
             'items', cmsgpack.pack(items), 'runs', cmsgpack.pack(runs)}
 -- projected first, so the compaction keeps every checkpoint but the deleted ones; it projects
 -- the event again, with the rest, once appended
-apply(KEYS[1], KEYS[2], KEYS[3], '', fields_of(ev))
+local f = fields_of(ev)
+apply_delete(KEYS[1], KEYS[2], KEYS[3], '', f, check_delete(f))
 compact(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], 0, {ev})
 expire_thread(KEYS[1], {KEYS[2], KEYS[3]}, 0)
 return #items / 2
