@@ -353,6 +353,17 @@ def test_keep_last_counts_each_namespace_and_keeps_forks_across_the_boundary(
     assert len(latest.checkpoint["channel_values"]["messages"]) == 4 + 7
 
 
+@pytest.mark.parametrize("thread_id", ["", "a:{b}:log", "*?[]\n", "é🙂"])
+def test_keep_last_with_hostile_ids(
+    redis_client: redis.Redis, prefix: str, reference: RedisStreamSaver, thread_id: str
+) -> None:
+    saver = kept_saver(redis_client, prefix, 2)
+    for ns in ("", thread_id or ":", "1:x", "1:x\xff"):
+        History(saver, reference, thread_id=thread_id, ns=ns).run(7)
+    assert assert_reads_match(saver, reference, thread_id) >= 8
+    assert saver.verify(thread_id)[2] == []
+
+
 def test_keep_last_survives_copy_and_rebuild(
     redis_client: redis.Redis, prefix: str, reference: RedisStreamSaver
 ) -> None:
