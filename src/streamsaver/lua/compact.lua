@@ -12,7 +12,8 @@
 --      ones when keep is 0), oldest event first, each followed by its still-pending writes.
 --      A copy carries the value fields its event stored, plus the parts of every value it
 --      reads (or builds an append on) that no earlier copy provides: the oldest copy is
---      self-contained, and later ones store only what changed (principle 7);
+--      self-contained, and later ones store only what changed (principle 7); then the pending
+--      writes of checkpoints not stored yet (see early_writes below);
 --   3. `extra`: new events to append last, which may rely on any kept value (an append's new
 --      checkpoint, a delete_runs 'delete' event).
 -- Needs common.lua, projection.lua and read.lua.
