@@ -161,3 +161,25 @@ def test_durability_waits_on_the_node_that_took_the_write(cluster: EmbeddedClust
             _put(saver, thread_id, run_id="r")
         assert saver.get_tuple(_config(thread_id)) is not None
     client.close()
+
+
+def test_keep_last_ttl_and_delete_for_runs_on_every_primary(cluster: EmbeddedCluster) -> None:
+    from tests.test_retention import History, assert_reads_match, thread_key_names, wait_for
+
+    client = RedisCluster.from_url(cluster.url)
+    prefix = f"c{uuid4().hex[:8]}"
+    saver = RedisStreamSaver(client, prefix=prefix, keep_last=2, ttl_seconds=600)
+    reference = RedisStreamSaver(client, prefix=prefix + "-ref")
+    threads = _threads_on_every_primary(saver)
+    for thread_id in threads:
+        History(saver, reference, thread_id=thread_id).run(9)
+    saver.delete_for_runs(["run-2"])
+    reference.delete_for_runs(["run-2"])
+    for thread_id in threads:
+        assert assert_reads_match(saver, reference, thread_id) >= 2
+        assert saver.verify(thread_id)[2] == []
+    short = RedisStreamSaver(client, prefix=prefix, ttl_seconds=1)
+    for thread_id in threads:
+        short.put_writes(_config(thread_id, checkpoint_id="last"), [("x", 1)], "late")
+    wait_for(lambda: not thread_key_names(client, prefix))
+    client.close()

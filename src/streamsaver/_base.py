@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Collection
 from typing import Any
@@ -38,6 +39,22 @@ def check_client(client: object, saver: str) -> None:
         )
 
 
+def _check_ttl(ttl_seconds: object) -> float | None:
+    if ttl_seconds is None:
+        return None
+    if (
+        not isinstance(ttl_seconds, (int, float))
+        or isinstance(ttl_seconds, bool)
+        or not math.isfinite(ttl_seconds)
+        or ttl_seconds < 0.001
+    ):
+        raise InvalidInputError(
+            f"ttl_seconds={ttl_seconds!r}: give a number of seconds >= 0.001 after which a "
+            f"thread without writes expires, or None to keep threads until deleted"
+        )
+    return float(ttl_seconds)
+
+
 class StreamSaverBase(BaseCheckpointSaver[str]):
     def __init__(
         self,
@@ -50,6 +67,8 @@ class StreamSaverBase(BaseCheckpointSaver[str]):
         replicas: int,
         durability_timeout_ms: int,
         fencing: bool = False,
+        ttl_seconds: float | None = None,
+        keep_last: int | None = None,
     ) -> None:
         super().__init__(serde=serde)
         for name, value, low in (
@@ -65,6 +84,15 @@ class StreamSaverBase(BaseCheckpointSaver[str]):
         if not isinstance(fencing, bool):
             raise InvalidInputError(f"fencing={fencing!r}: give True or False")
         self.fencing = fencing
+        self.ttl_seconds = _check_ttl(ttl_seconds)
+        if keep_last is not None and (
+            not isinstance(keep_last, int) or isinstance(keep_last, bool) or keep_last < 1
+        ):
+            raise InvalidInputError(
+                f"keep_last={keep_last!r}: give an int >= 1 (checkpoints kept per namespace), "
+                f"or None to keep every checkpoint"
+            )
+        self.keep_last = keep_last
         self._ops = self._operations()
 
     def _operations(self) -> Operations:
@@ -72,6 +100,8 @@ class StreamSaverBase(BaseCheckpointSaver[str]):
         codec = Codec(self.serde, self.max_payload_bytes)
         ops = Operations(self.prefix, codec, cache, self.durability)
         ops.fencing = self.fencing
+        ops.ttl_ms = math.ceil(self.ttl_seconds * 1000) if self.ttl_seconds else 0
+        ops.keep_last = self.keep_last or 0
         return ops
 
     def with_allowlist(self, extra_allowlist: Collection[tuple[str, ...]]) -> StreamSaverBase:

@@ -176,6 +176,13 @@ class DeltaCache:
             found = self._written.get(scope)
             return found if found is not None and found.checkpoint_id == checkpoint_id else None
 
+    def drop_thread(self, thread_id: str) -> None:
+        """Forget every value held for the thread, in every namespace."""
+        with self._lock:
+            for group in [g for g in self._groups if g[0] == thread_id]:
+                self._bytes -= sum(len(k.body) for k in self._groups.pop(group).values())
+                self._bytes -= _size(self._written.pop(group, None))
+
     def drop(self, key: tuple[str, str, str]) -> None:
         with self._lock:
             group = self._groups.get(key[:2])

@@ -180,14 +180,23 @@ class Operations:
     feed_maxlen: int = DEFAULT_FEED_MAXLEN
     # refuse a loop/input checkpoint whose parent is not its namespace's latest (opt-in)
     fencing: bool = False
+    # a thread expires this long after its last write; 0: never (see _base.py)
+    ttl_ms: int = 0
+    # checkpoints kept per namespace, compacted as puts go (lua/append.lua); 0: all
+    keep_last: int = 0
 
     def appending(self, keys: ThreadKeys) -> tuple[str, ...]:
         """Keys of a script that appends to a thread: its three, its slot's feed, and the
         tombstone a deletion leaves."""
         return (*keys, feed_of_log(self.prefix, keys.log), tombstone_of(keys))
 
+    @property
+    def _append(self) -> str:
+        return "append_compacting" if self.keep_last else "append"
+
     def _append_args(self, bases: Field, fields: Sequence[Field]) -> tuple[Field | int, ...]:
-        return (self.feed_maxlen, bases, "fence" if self.fencing else "", *fields)
+        fence = "fence" if self.fencing else ""
+        return (self.feed_maxlen, bases, fence, self.ttl_ms, self.keep_last, *fields)
 
     def keys(self, thread_id: str) -> ThreadKeys:
         return thread_keys(self.prefix, thread_id)
@@ -236,13 +245,15 @@ class Operations:
         keys = self.keys(target.thread_id)
         if cache is None:
             fields = event(_nothing_known, None).fields
-            yield Eval("append", self.appending(keys), self._append_args("", fields), write=True)
+            yield Eval(
+                self._append, self.appending(keys), self._append_args("", fields), write=True
+            )
             return make_config(target.thread_id, target.checkpoint_ns, checkpoint_id)
         scope = (target.thread_id, target.checkpoint_ns)
         written = cache.written(scope, target.checkpoint_id)
         sent = event(lambda channel: cache.get((*scope, channel)), written)
         args = self._append_args(_bases(sent), sent.fields)
-        reply = yield Eval("append", self.appending(keys), args, write=True)
+        reply = yield Eval(self._append, self.appending(keys), args, write=True)
         if reply == b"stale":
             # another writer, a prune or a re-put changed what a base or a shared write was:
             # send whole values
@@ -250,7 +261,12 @@ class Operations:
                 cache.drop((*scope, channel))
             sent = event(_nothing_known, None)
             args = self._append_args("", sent.fields)
-            reply = yield Eval("append", self.appending(keys), args, write=True)
+            reply = yield Eval(self._append, self.appending(keys), args, write=True)
+        if isinstance(reply, list):
+            # a compaction moved every stored value: what this process holds for the thread
+            # no longer names where it is, except what this put just stored
+            reply = reply[0]
+            cache.drop_thread(target.thread_id)
         event_id = reply.decode()
         for channel, field_name, known in sent.learned:
             known.head = f"{event_id} {field_name}"
@@ -395,7 +411,7 @@ class Operations:
     def delete_thread(self, thread_id: str) -> Flow[None]:
         thread_id = thread_id_str(thread_id, "thread_id")
         keys = self.appending(self.keys(thread_id))
-        yield Eval("delete_thread", keys, (thread_id, TOMBSTONE_MS), write=True)
+        yield Eval("delete_thread", keys, (thread_id, TOMBSTONE_MS, self.ttl_ms), write=True)
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> Flow[int]:
         runs = _str_list(run_ids, "run_ids")
@@ -444,7 +460,7 @@ class Operations:
                 args.append(2 * len(event))
                 for name, value in event.items():
                     args += (name, value)
-            args.insert(0, self.feed_maxlen)
+            args[:0] = (self.feed_maxlen, self.ttl_ms)
             copied += yield Eval("import", self.appending(dst), args, write=True)
             last = entries[-1][0]
             start = "(" + _text(last)
@@ -477,7 +493,7 @@ class Operations:
             if strategy == "delete":
                 yield from self.delete_thread(thread_id)
             else:
-                yield Eval("compact", self.appending(keys), (self.feed_maxlen,), write=True)
+                yield Eval("prune", self.appending(keys), (self.feed_maxlen, 1), write=True)
 
     def rebuild(self, thread_id: str) -> Flow[Replay]:
         keys = self.keys(thread_id_str(thread_id, "thread_id"))

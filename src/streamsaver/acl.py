@@ -15,7 +15,8 @@ SAVER_COMMANDS: tuple[str, ...] = (
     "evalsha", "script|load", "info", "scan", "xrange", "del", "wait", "waitaof", "ping",
     # what the scripts call (a script runs with its caller's permissions)
     "xadd", "xtrim", "xlen", "zadd", "zrem", "zrange", "zrangebylex", "zrevrangebylex",
-    "hset", "hsetnx", "hget", "hdel", "hgetall", "exists", "pexpire",
+    "hset", "hsetnx", "hget", "hdel", "hgetall", "exists", "pexpire", "pexpireat", "pttl",
+    "time", "zlexcount", "zscore", "hkeys",
     # tailing and consumer groups (docs/tailing.md): blocking reads on their own connection,
     # woken with CLIENT UNBLOCK when stopped from another thread
     "xread", "xrevrange", "xreadgroup", "xack", "xautoclaim", "xpending", "xgroup|create",

@@ -70,6 +70,8 @@ class AsyncRedisStreamSaver(StreamSaverBase):
         replicas: int = 1,
         durability_timeout_ms: int = 1000,
         fencing: bool = False,
+        ttl_seconds: float | None = None,
+        keep_last: int | None = None,
     ) -> None:
         if not isinstance(client, (aredis.Redis, AsyncRedisCluster)):
             raise InvalidInputError(
@@ -86,6 +88,8 @@ class AsyncRedisStreamSaver(StreamSaverBase):
             replicas=replicas,
             durability_timeout_ms=durability_timeout_ms,
             fencing=fencing,
+            ttl_seconds=ttl_seconds,
+            keep_last=keep_last,
         )
         if durability != "none" and isinstance(client, AsyncRedisCluster):
             raise InvalidUsageError(
@@ -115,6 +119,8 @@ class AsyncRedisStreamSaver(StreamSaverBase):
         replicas: int = 1,
         durability_timeout_ms: int = 1000,
         fencing: bool = False,
+        ttl_seconds: float | None = None,
+        keep_last: int | None = None,
         cluster: bool | None = None,
     ) -> AsyncIterator[AsyncRedisStreamSaver]:
         """A saver on a client it creates from ``url`` and closes on exit. ``cluster``: use a
@@ -138,6 +144,8 @@ class AsyncRedisStreamSaver(StreamSaverBase):
                 replicas=replicas,
                 durability_timeout_ms=durability_timeout_ms,
                 fencing=fencing,
+                ttl_seconds=ttl_seconds,
+                keep_last=keep_last,
             )
         finally:
             await client.aclose()

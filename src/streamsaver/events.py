@@ -63,7 +63,9 @@ class ThreadEvent(BaseModel):
     )
     runs: tuple[str, ...] = Field(default=(), description="delete: the run ids that matched")
     origin: str | None = Field(
-        default=None, description="prune: id of the event this one was compacted from"
+        default=None,
+        description="compaction (prune, keep_last, delete_for_runs): id of the original "
+        "event this one is a copy of",
     )
     copy_of: tuple[str, str] | None = Field(
         default=None, description="copy_thread: (source thread id, source event id)"

@@ -72,6 +72,8 @@ class RedisStreamSaver(StreamSaverBase):
         replicas: int = 1,
         durability_timeout_ms: int = 1000,
         fencing: bool = False,
+        ttl_seconds: float | None = None,
+        keep_last: int | None = None,
     ) -> None:
         if not isinstance(client, (redis.Redis, RedisCluster)):
             raise InvalidInputError(
@@ -88,6 +90,8 @@ class RedisStreamSaver(StreamSaverBase):
             replicas=replicas,
             durability_timeout_ms=durability_timeout_ms,
             fencing=fencing,
+            ttl_seconds=ttl_seconds,
+            keep_last=keep_last,
         )
         self.client = client
         self._scripts = {name: client.register_script(src) for name, src in SOURCES.items()}
@@ -107,6 +111,8 @@ class RedisStreamSaver(StreamSaverBase):
         replicas: int = 1,
         durability_timeout_ms: int = 1000,
         fencing: bool = False,
+        ttl_seconds: float | None = None,
+        keep_last: int | None = None,
         cluster: bool | None = None,
     ) -> Iterator[RedisStreamSaver]:
         """A saver on a client it creates from ``url`` and closes on exit. ``cluster``: use a
@@ -127,6 +133,8 @@ class RedisStreamSaver(StreamSaverBase):
                 replicas=replicas,
                 durability_timeout_ms=durability_timeout_ms,
                 fencing=fencing,
+                ttl_seconds=ttl_seconds,
+                keep_last=keep_last,
             )
         finally:
             client.close()

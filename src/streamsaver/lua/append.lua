@@ -4,12 +4,19 @@
 -- ARGV[2]: '' or, for a checkpoint with append parts, a msgpack list of the heads
 --          ("<event id> <field>") the client saw for each part's base, in nv order
 -- ARGV[3]: 'fence' to refuse a loop/input checkpoint whose parent is not the latest, or ''
--- ARGV[4..]: the event's fields, flat [field, value, ...]
--- Returns the new event id, or 'stale' (nothing written) when a base is not what the client
--- saw: the client then sends whole values instead. Refusals are errors; nothing is written.
+-- ARGV[4]: the thread's time to live in ms, restarted by this write (0: none)
+-- ARGV[5]: keep_last: checkpoints kept per namespace (0: all). A checkpoint that would make its
+--          namespace hold more than twice as many compacts the thread first (compact.lua),
+--          so the cost of a compaction is spread over keep_last puts. Only the
+--          append_compacting entry, which includes compact.lua, is sent a keep_last
+--          (streamsaver/_scripts.py)
+-- ARGV[6..]: the event's fields, flat [field, value, ...]
+-- Returns the new event id, {new event id, entries trimmed} when it compacted, or 'stale'
+-- (nothing written) when a base is not what the client saw: the client then sends whole values
+-- instead. Refusals are errors; nothing is written.
 local fields = {}
-for i = 4, #ARGV do
-  fields[i - 3] = ARGV[i]
+for i = 6, #ARGV do
+  fields[i - 5] = ARGV[i]
 end
 local f = fields_of(fields)
 local continues = f.k == 'writes' or (f.k == 'checkpoint' and (f.parent or '') ~= '')
@@ -54,7 +61,19 @@ if ARGV[2] ~= '' then
     end
   end
 end
-local id = append_event(KEYS[1], fields)
-apply(KEYS[1], KEYS[2], KEYS[3], id, f)
-notify(KEYS[4], ARGV[1], id, f)
-return id
+local keep, reply = tonumber(ARGV[5]), nil
+if keep > 0 and f.k == 'checkpoint' then
+  local p = lp(f.ns)
+  -- ZLEXCOUNT is O(log n): deciding costs no scan
+  if redis.call('ZLEXCOUNT', KEYS[2], '[c' .. p, '[c' .. p .. '\255') >= 2 * keep then
+    local removed, ids = compact(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], keep, {fields})
+    reply = {ids[1], removed}
+  end
+end
+if reply == nil then
+  reply = append_event(KEYS[1], fields)
+  apply(KEYS[1], KEYS[2], KEYS[3], reply, f)
+  notify(KEYS[4], ARGV[1], reply, f)
+end
+expire_thread(KEYS[1], {KEYS[2], KEYS[3]}, ARGV[4])
+return reply

@@ -6,6 +6,7 @@
 --   KEYS[2] ix   sorted set, every score 0, so members sort by their bytes:
 --                  "c" .. lp(ns) .. checkpoint_id                 a live checkpoint
 --                  "r" .. lp(run_id) .. lp(ns) .. checkpoint_id   run index for delete_for_runs
+--                  "e" .. event id                                a record (a delete event)
 --   KEYS[3] ptr  hash of pointers into the log:
 --                  "c" .. lp(ns) .. checkpoint_id            -> id of the checkpoint's event
 --                  "b" .. lp(ns) .. lp(channel) .. version   -> "<event id> <field>[ <base>]":
@@ -106,4 +107,24 @@ local function notify(feed, maxlen, id, f)
   end
   redis.call('XADD', feed, 'MAXLEN', '~', maxlen, '*', 't', f.thread or '', 'e', id,
              'k', f.k or '', 'ns', f.ns or '', 'c', f.id or '')
+end
+
+-- Retention by time: every key of a thread gets one absolute expiry time, so they expire
+-- together and no reader sees one without the others. ttl_ms > 0 (a saver's ttl) restarts the
+-- clock; 0 keeps the log's remaining time (keys a script re-created, e.g. by compaction or
+-- replay, follow the log). A log without expiry leaves every key as it is.
+local function expire_thread(log, others, ttl_ms)
+  local ttl = tonumber(ttl_ms) or 0
+  if ttl <= 0 then
+    ttl = redis.call('PTTL', log)
+    if ttl <= 0 then
+      return
+    end
+  end
+  local now = redis.call('TIME')
+  local at = string.format('%d', tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) + ttl)
+  redis.call('PEXPIREAT', log, at)
+  for _, key in ipairs(others) do
+    redis.call('PEXPIREAT', key, at)
+  end
 end

@@ -1,7 +1,10 @@
--- delete_for_runs on one thread: append one "delete" event naming every checkpoint of the
--- given runs, and project it. Appends nothing when the thread has none of them.
+-- delete_for_runs on one thread: the checkpoints of the given runs, their pending writes and
+-- every value part only they stored leave the log. The thread is compacted (compact.lua) to
+-- every other checkpoint, values they read from the deleted events included, and a "delete"
+-- event naming what was deleted (no payloads) is appended last: the log records that, and when,
+-- it happened. Appends nothing when the thread has none of the runs' checkpoints.
 -- KEYS: log ix ptr feed   ARGV[1]: the feed's MAXLEN   ARGV[2]: thread id   ARGV[3..]: run ids
--- Returns the number of checkpoints deleted.
+-- Returns the number of checkpoints deleted. The thread keeps the time to live it had.
 local items, runs = {}, {}
 for i = 3, #ARGV do
   local r = 'r' .. lp(ARGV[i])
@@ -20,8 +23,10 @@ if #items == 0 then
 end
 local ev = {'k', 'delete', 'sv', tostring(SCHEMA), 'thread', ARGV[2],
             'items', cmsgpack.pack(items), 'runs', cmsgpack.pack(runs)}
-local id = append_event(KEYS[1], ev)
+-- projected first, so the compaction keeps every checkpoint but the deleted ones; it projects
+-- the event again, with the rest, once appended
 local f = fields_of(ev)
-apply(KEYS[1], KEYS[2], KEYS[3], id, f)
-notify(KEYS[4], ARGV[1], id, f)
+apply_delete(KEYS[1], KEYS[2], KEYS[3], '', f, check_delete(f))
+compact(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], 0, {ev})
+expire_thread(KEYS[1], {KEYS[2], KEYS[3]}, 0)
 return #items / 2

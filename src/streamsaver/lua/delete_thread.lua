@@ -4,9 +4,12 @@
 -- when its thread was deleted must not bring it back); a fresh start (a put with no parent)
 -- clears it.
 -- KEYS: log ix ptr feed gone   ARGV[1]: thread id   ARGV[2]: tombstone lifetime in ms
+-- ARGV[3]: the saver's thread time to live in ms (0: none): the tombstone lives no longer,
+-- since the thread it guards would have expired by then anyway
 -- Returns the number of keys deleted.
 local n = redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
 redis.call('DEL', KEYS[5])
 redis.call('XADD', KEYS[5], '*', 'k', 'deleted', 'sv', tostring(SCHEMA), 'thread', ARGV[1])
-redis.call('PEXPIRE', KEYS[5], ARGV[2])
+local ttl = tonumber(ARGV[3]) or 0
+redis.call('PEXPIRE', KEYS[5], (ttl > 0 and ttl < tonumber(ARGV[2])) and ttl or ARGV[2])
 return n

@@ -1,8 +1,9 @@
 -- Append a batch of events (copied from another thread) and project each.
 -- KEYS: log ix ptr feed of the target   ARGV[1]: the feed's MAXLEN
--- ARGV[2..]: per event, its field count, then its fields
+-- ARGV[2]: the target's time to live in ms, restarted by this write (0: none)
+-- ARGV[3..]: per event, its field count, then its fields
 -- Returns the number of events appended.
-local i, n = 2, 0
+local i, n = 3, 0
 while i <= #ARGV do
   local count = tonumber(ARGV[i])
   local ev = {}
@@ -16,4 +17,5 @@ while i <= #ARGV do
   i = i + count + 1
   n = n + 1
 end
+expire_thread(KEYS[1], {KEYS[2], KEYS[3]}, ARGV[2])
 return n

@@ -182,6 +182,10 @@ local function apply(log, ix, ptr, id, f)
     return false, why
   end
   checked[1](log, ix, ptr, id, f, checked[2])
+  if f.k ~= 'checkpoint' and f.k ~= 'writes' then
+    -- a record: compactions find it here and keep it (compact.lua)
+    redis.call('ZADD', ix, 0, 'e' .. id)
+  end
   return true
 end
 
