@@ -50,6 +50,7 @@ class StreamSaverBase(BaseCheckpointSaver[str]):
         replicas: int,
         durability_timeout_ms: int,
         fencing: bool = False,
+        chain: bool = True,
     ) -> None:
         super().__init__(serde=serde)
         for name, value, low in (
@@ -62,9 +63,12 @@ class StreamSaverBase(BaseCheckpointSaver[str]):
         self.max_payload_bytes = max_payload_bytes
         self.delta_cache_bytes = delta_cache_bytes
         self.durability = Durability(durability, replicas, durability_timeout_ms)
-        if not isinstance(fencing, bool):
-            raise InvalidInputError(f"fencing={fencing!r}: give True or False")
+        for name, flag in (("fencing", fencing), ("chain", chain)):
+            if not isinstance(flag, bool):
+                raise InvalidInputError(f"{name}={flag!r}: give True or False")
         self.fencing = fencing
+        # every event gets digests chaining it to the one before (docs/audit.md)
+        self.chain = chain
         self._ops = self._operations()
 
     def _operations(self) -> Operations:
@@ -72,6 +76,7 @@ class StreamSaverBase(BaseCheckpointSaver[str]):
         codec = Codec(self.serde, self.max_payload_bytes)
         ops = Operations(self.prefix, codec, cache, self.durability)
         ops.fencing = self.fencing
+        ops.chain = self.chain
         return ops
 
     def with_allowlist(self, extra_allowlist: Collection[tuple[str, ...]]) -> StreamSaverBase:

@@ -1,15 +1,15 @@
 -- Append one event to a thread's log and project it, atomically.
 -- KEYS: log ix ptr feed gone (common.lua; gone: delete_thread.lua's tombstone)
--- ARGV[1]: the feed's MAXLEN (0: no pointer)
--- ARGV[2]: '' or, for a checkpoint with append parts, a msgpack list of the heads
+-- ARGV[1]: the feed's MAXLEN (0: no pointer)   ARGV[2]: 'chain' or '' (common.lua)
+-- ARGV[3]: '' or, for a checkpoint with append parts, a msgpack list of the heads
 --          ("<event id> <field>") the client saw for each part's base, in nv order
--- ARGV[3]: 'fence' to refuse a loop/input checkpoint whose parent is not the latest, or ''
--- ARGV[4..]: the event's fields, flat [field, value, ...]
+-- ARGV[4]: 'fence' to refuse a loop/input checkpoint whose parent is not the latest, or ''
+-- ARGV[5..]: the event's fields, flat [field, value, ...]
 -- Returns the new event id, or 'stale' (nothing written) when a base is not what the client
 -- saw: the client then sends whole values instead. Refusals are errors; nothing is written.
 local fields = {}
-for i = 4, #ARGV do
-  fields[i - 3] = ARGV[i]
+for i = 5, #ARGV do
+  fields[i - 4] = ARGV[i]
 end
 local f = fields_of(fields)
 local continues = f.k == 'writes' or (f.k == 'checkpoint' and (f.parent or '') ~= '')
@@ -21,7 +21,7 @@ if KEYS[5] ~= nil and redis.call('EXISTS', KEYS[5]) == 1 then
   end
   redis.call('DEL', KEYS[5])
 end
-if ARGV[3] == 'fence' and f.k == 'checkpoint' then
+if ARGV[4] == 'fence' and f.k == 'checkpoint' then
   local ok, meta = pcall(cmsgpack.unpack, f.meta or '')
   local source = ok and type(meta) == 'table' and meta.source or nil
   -- time travel and update_state fork on purpose; loops and inputs continue the latest
@@ -36,8 +36,8 @@ if ARGV[3] == 'fence' and f.k == 'checkpoint' then
     end
   end
 end
-if ARGV[2] ~= '' then
-  local expected, j = cmsgpack.unpack(ARGV[2]), 1
+if ARGV[3] ~= '' then
+  local expected, j = cmsgpack.unpack(ARGV[3]), 1
   local nv, p = cmsgpack.unpack(f.nv), lp(f.ns)
   for i = 1, #nv, 3 do
     if nv[i + 2] ~= '' then

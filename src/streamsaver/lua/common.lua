@@ -14,7 +14,8 @@
 --                  "w" .. lp(ns) .. checkpoint_id            -> msgpack [task, idx, event id, pos, ...]
 --   KEYS[4] feed (scripts that append: append, import, delete_runs, compact) stream of
 --                pointers to the appended events, shared by the threads of one cluster slot
---                (see notify() below and streamsaver/_feed.py); their ARGV[1] is its MAXLEN
+--                (see notify() below and streamsaver/_feed.py); their ARGV[1] is its MAXLEN,
+--                their ARGV[2] 'chain' or '' (see append_event() below)
 -- lp() is a length prefix: it makes every composite member prefix-free, so no thread,
 -- namespace, channel or task name can collide with another whatever bytes it holds.
 
@@ -54,8 +55,36 @@ local function entry_fields(log, eid, cache)
 end
 
 -- Every event enters a thread's log here (append, import, delete_runs, compact), so what each
--- entry carries besides its own fields is added in one place.
+-- entry carries besides its own fields is added in one place: the digest chain (docs/audit.md).
+-- Scripts that append take ARGV[1], the feed's MAXLEN, and ARGV[2], 'chain' to chain their
+-- events or '' not to. A chained event gets two more fields, added last (to `fields` too):
+--   ch  sha1 hex of its other fields in order, each name and value length-prefixed (lp)
+--   dg  sha1 hex of (the previous entry's dg, or '' when it has none) .. ch
+-- so altering an event breaks its ch, and removing or moving one breaks the next dg. The
+-- entry id is not covered: the server assigns it after the fields are fixed; the order it
+-- gives is covered by the chain. streamsaver/_chain.py is the same definition, for verifying.
+local heads = {}
 local function append_event(log, fields)
+  if ARGV[2] == 'chain' then
+    local prev = heads[log]
+    if prev == nil then
+      local last = redis.call('XREVRANGE', log, '+', '-', 'COUNT', 1)[1]
+      prev = last and fields_of(last[2]).dg or ''
+    end
+    local parts = {}
+    for i = 1, #fields do
+      parts[i] = lp(fields[i])
+    end
+    local ch = redis.sha1hex(table.concat(parts))
+    local dg = redis.sha1hex(prev .. ch)
+    fields[#fields + 1] = 'ch'
+    fields[#fields + 1] = ch
+    fields[#fields + 1] = 'dg'
+    fields[#fields + 1] = dg
+    heads[log] = dg
+  else
+    heads[log] = ''
+  end
   return redis.call('XADD', log, '*', unpack(fields))
 end
 

@@ -2,7 +2,10 @@
 -- re-appended as a self-contained event (every channel value it reads, not only the ones that
 -- changed, with the parts append values are made of), followed by its still-pending writes; then everything older is trimmed and the
 -- indexes are re-projected from what is left, so a replay of the log gives the same reads.
--- KEYS: log ix ptr feed   ARGV[1]: the feed's MAXLEN   Returns the number of log entries removed.
+-- The first event appended is a 'pruned' tombstone recording what is trimmed, so the trimmed
+-- log starts at it and its digest chain stays verifiable (docs/audit.md).
+-- KEYS: log ix ptr feed   ARGV[1]: the feed's MAXLEN   ARGV[2]: 'chain' or '' (common.lua)
+-- Returns the number of log entries removed.
 local log, ix, ptr = KEYS[1], KEYS[2], KEYS[3]
 local members = redis.call('ZRANGEBYLEX', ix, '[c', '[c\255')
 if #members == 0 then
@@ -21,7 +24,8 @@ local cache, events = {}, {}
 local function copy_header(f, skip_pattern, skip_field)
   local ev = {}
   for k, v in pairs(f) do
-    if k ~= skip_field and k ~= 'origin' and not string.match(k, skip_pattern) then
+    if k ~= skip_field and k ~= 'origin' and k ~= 'ch' and k ~= 'dg'
+        and not string.match(k, skip_pattern) then
       ev[#ev + 1] = k
       ev[#ev + 1] = v
     end
@@ -85,6 +89,7 @@ for i, m in ipairs(members) do
   end
 end
 
+table.insert(events, 1, pruned_event(log))
 local ids = {}
 for i, ev in ipairs(events) do
   ids[i] = append_event(log, ev)

@@ -1,9 +1,10 @@
 -- delete_for_runs on one thread: append one "delete" event naming every checkpoint of the
 -- given runs, and project it. Appends nothing when the thread has none of them.
--- KEYS: log ix ptr feed   ARGV[1]: the feed's MAXLEN   ARGV[2]: thread id   ARGV[3..]: run ids
+-- KEYS: log ix ptr feed   ARGV[1]: the feed's MAXLEN   ARGV[2]: 'chain' or '' (common.lua)
+-- ARGV[3]: thread id   ARGV[4..]: run ids
 -- Returns the number of checkpoints deleted.
 local items, runs = {}, {}
-for i = 3, #ARGV do
+for i = 4, #ARGV do
   local r = 'r' .. lp(ARGV[i])
   local ms = redis.call('ZRANGEBYLEX', KEYS[2], '[' .. r, '[' .. r .. '\255')
   if #ms > 0 then
@@ -18,7 +19,7 @@ end
 if #items == 0 then
   return 0
 end
-local ev = {'k', 'delete', 'sv', tostring(SCHEMA), 'thread', ARGV[2],
+local ev = {'k', 'delete', 'sv', tostring(SCHEMA), 'thread', ARGV[3],
             'items', cmsgpack.pack(items), 'runs', cmsgpack.pack(runs)}
 local id = append_event(KEYS[1], ev)
 local f = fields_of(ev)

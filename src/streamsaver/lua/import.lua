@@ -1,8 +1,9 @@
 -- Append a batch of events (copied from another thread) and project each.
--- KEYS: log ix ptr feed of the target   ARGV[1]: the feed's MAXLEN
--- ARGV[2..]: per event, its field count, then its fields
+-- KEYS: log ix ptr feed of the target   ARGV[1]: the feed's MAXLEN   ARGV[2]: 'chain' or ''
+-- ARGV[3..]: per event, its field count, then its fields (without the source's ch and dg: the
+-- copies are chained anew in the target)
 -- Returns the number of events appended.
-local i, n = 2, 0
+local i, n = 3, 0
 while i <= #ARGV do
   local count = tonumber(ARGV[i])
   local ev = {}

@@ -153,11 +153,32 @@ local function apply_delete(log, ix, ptr, id, f, items)
   -- channel values stay: later checkpoints may still read them
 end
 
+-- 'pruned' (compact.lua) records what a prune trimmed, for the audit trail: nothing to project
+local function check_pruned(f)
+  return true
+end
+
+local function apply_pruned()
+end
+
 local KINDS = {
   checkpoint = {check_checkpoint, apply_checkpoint},
   writes = {check_writes, apply_writes},
   delete = {check_delete, apply_delete},
+  pruned = {check_pruned, apply_pruned},
 }
+
+-- The tombstone a prune appends before trimming every older entry: how many, their id range
+-- and the digest of the last one (the tombstone's predecessor in the chain), none of their
+-- payloads.
+local function pruned_event(log)
+  local first = redis.call('XRANGE', log, '-', '+', 'COUNT', 1)[1]
+  local last = redis.call('XREVRANGE', log, '+', '-', 'COUNT', 1)[1]
+  local lf = fields_of(last[2])
+  return {'k', 'pruned', 'sv', tostring(SCHEMA), 'thread', lf.thread or '',
+          'n', tostring(redis.call('XLEN', log)), 'from', first[1], 'to', last[1],
+          'last', lf.dg or ''}
+end
 
 -- The checked event, ready for apply(); nil and a reason for one this version cannot project
 -- (unknown kind, newer schema, or malformed), which callers skip and report.
