@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, TextIO
@@ -34,6 +34,7 @@ __all__ = [
     "ExportCheck",
     "ExportWriter",
     "Timeline",
+    "read_export",
     "verify_export",
 ]
 
@@ -102,11 +103,13 @@ class Timeline:
         return values, tuple(appended)
 
 
-def _record(event: ThreadEvent | SkippedEvent, entry_id: str, fields: Pairs) -> dict[str, Any]:
+def _record(
+    thread_id: str, event: ThreadEvent | SkippedEvent, entry_id: str, fields: Pairs
+) -> dict[str, Any]:
     if isinstance(event, ThreadEvent):
         view: dict[str, Any] = {"type": "event", **event.model_dump(exclude={"id"})}
     else:
-        view = {"type": "unreadable", "reason": event.reason}
+        view = {"type": "unreadable", "thread_id": thread_id, "reason": event.reason}
     view["id"] = entry_id
     view["fields"] = [[name.decode(), base64.b64encode(value).decode()] for name, value in fields]
     # through JSON and back, so a record compares equal to the same line read from a file
@@ -198,7 +201,8 @@ class ExportWriter:
     def entry(self, entry: Entry) -> None:
         entry_id, fields = entry
         self._check.add(entry_id, fields)
-        self._write(_record(self._timeline.event("", entry_id, fields), entry_id, fields))
+        event = self._timeline.event("", entry_id, fields)
+        self._write(_record(self._thread or "", event, entry_id, fields))
         self.events += 1
 
     def end(self) -> None:
@@ -210,6 +214,21 @@ class ExportWriter:
                 "head": self._check.head,
             }
         )
+
+
+def read_export(
+    lines: Iterable[str], serde: SerializerProtocol
+) -> Iterator[ThreadEvent | SkippedEvent | ThreadDeletion]:
+    """The records of an export file decoded again from their stored fields (not from their
+    readable view), with ``serde``: the same events ``saver.history(values=True)`` gave."""
+    timelines: dict[str, Timeline] = {}
+    for line in lines:
+        record = json.loads(line)
+        if record["type"] == "deleted":
+            yield ThreadDeletion.model_validate({k: v for k, v in record.items() if k != "type"})
+        elif record["type"] in ("event", "unreadable"):
+            timeline = timelines.setdefault(record["thread_id"], Timeline(serde, values=True))
+            yield timeline.event("", str(record["id"]), _fields(record))
 
 
 @dataclass
@@ -307,7 +326,8 @@ def _verify_line(thread: _FileThread, number: int, record: dict[str, Any]) -> No
         thread.fail(f"line {number}: unreadable fields ({exc!r})")
         return
     thread.chain.add(entry_id, fields)
-    rendered = _record(thread.timeline.event("", entry_id, fields), entry_id, fields)
+    event = thread.timeline.event("", entry_id, fields)
+    rendered = _record(thread.report.thread_id, event, entry_id, fields)
     if rendered != record:
         thread.fail(
             f"line {number} (event {entry_id}): its readable view does not match its stored "
