@@ -140,3 +140,36 @@ def test_chaining_off_writes_no_digest_and_verify_says_so(
     assert problem is not None and problem.position == 1 and "no digest" in problem.reason
     with pytest.raises(Exception, match="chain=1"):
         RedisStreamSaver(redis_client, prefix=prefix, chain=1)  # type: ignore[arg-type]
+
+
+def test_the_chain_continues_after_the_indexes_are_dropped_and_rebuilt(
+    sync_saver: RedisStreamSaver, redis_client: redis.Redis
+) -> None:
+    _run(sync_saver, "t", steps=2)
+    keys = thread_keys(sync_saver.prefix, "t")
+    head = redis_client.hget(keys.ptr, "h")
+    assert head == _entries(redis_client, sync_saver, "t")[-1][1][b"dg"]
+    redis_client.delete(keys.ix, keys.ptr)  # the head digest goes with them: read from the log
+    sync_saver.put_writes(
+        {"configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": "x"}},
+        [("a", 1)],
+        "task",
+    )
+    assert sync_saver.verify_chain("t").ok
+    sync_saver.rebuild("t")
+    assert sync_saver.verify("t")[2] == []  # the rebuilt head is the live one
+    assert redis_client.hget(keys.ptr, "h") == _entries(redis_client, sync_saver, "t")[-1][1][b"dg"]
+
+
+def test_removing_the_last_event_shows_at_the_next_append(
+    sync_saver: RedisStreamSaver, redis_client: redis.Redis
+) -> None:
+    _run(sync_saver, "t", steps=2)
+    entries = _entries(redis_client, sync_saver, "t")
+    redis_client.xdel(thread_keys(sync_saver.prefix, "t").log, entries[-1][0])
+    assert sync_saver.verify_chain("t").ok  # a shorter log alone proves nothing...
+    _run(sync_saver, "t", steps=1)
+    problem = sync_saver.verify_chain("t").problem  # ...but what follows chains to the removed
+    assert problem is not None and f"does not follow event {entries[-2][0].decode()}" in str(
+        problem
+    )

@@ -50,7 +50,8 @@ if ARGV[3] ~= '' then
     end
   end
 end
-local id = append_event(KEYS[1], fields)
+local id
+id, f.dg = append_event(KEYS[1], fields)
 apply(KEYS[1], KEYS[2], KEYS[3], id, f)
 notify(KEYS[4], ARGV[1], id, f)
 return id

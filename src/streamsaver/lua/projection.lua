@@ -198,6 +198,12 @@ local function check(f)
 end
 
 local function apply(log, ix, ptr, id, f)
+  -- the chain's head (append_event() in common.lua), for every entry, projectable or not
+  if f.dg then
+    redis.call('HSET', ptr, 'h', f.dg)
+  else
+    redis.call('HDEL', ptr, 'h')
+  end
   local checked, why = check(f)
   if checked == nil then
     return false, why
