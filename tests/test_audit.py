@@ -140,7 +140,8 @@ def test_verify_export_needs_no_redis_and_names_a_tampered_line(
                         victim["fields"]]  # fmt: skip
     tampered = [*lines[:5], json.dumps(victim), *lines[6:]]
     [bad] = verify_export(tampered, serde)
-    assert bad.problem is not None and victim["id"] in bad.problem
+    assert bad.problem is not None and f"event {victim['id']} (#5, " in bad.problem
+    assert "altered" in bad.problem
 
     # only the readable view edited: it no longer matches the fields
     view = json.loads(lines[7])

@@ -11,6 +11,7 @@ from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, gen
 from streamsaver import RedisStreamSaver
 from streamsaver._chain import chain_digest, content_digest
 from streamsaver._keys import thread_keys
+from streamsaver.events import ThreadEvent
 
 
 def _run(saver: RedisStreamSaver, thread_id: str, steps: int = 5, run: str = "r1") -> None:
@@ -173,3 +174,20 @@ def test_removing_the_last_event_shows_at_the_next_append(
     assert problem is not None and f"does not follow event {entries[-2][0].decode()}" in str(
         problem
     )
+
+
+def test_tail_and_history_show_what_a_prune_removed(sync_saver: RedisStreamSaver) -> None:
+    _run(sync_saver, "t", steps=3)
+    before = sync_saver.verify_chain("t")
+    first = next(iter(sync_saver.history("t")))
+    sync_saver.prune(["t"], strategy="keep_latest")
+    for events in (
+        list(sync_saver.history("t")),
+        list(sync_saver.tail("t", after="0", follow=False, checkpoint_ns="some-subgraph")),
+    ):
+        pruned = events[0]
+        assert isinstance(pruned, ThreadEvent) and pruned.kind == "pruned"
+        assert pruned.pruned is not None
+        assert (pruned.pruned.count, pruned.pruned.first_id) == (before.events, first.id)
+        assert pruned.pruned.last_digest == before.head
+    assert sync_saver.rebuild("t").skipped == 0

@@ -41,6 +41,13 @@ def _show_options(parser: argparse.ArgumentParser, common: Common) -> None:
     _decrypt(parser)
 
 
+def _threads(parser: argparse.ArgumentParser, common: Common) -> None:
+    common(parser)
+    parser.add_argument("thread_id", nargs="?", metavar="THREAD_ID")
+    parser.add_argument("--all", action="store_true", help="every thread under the prefix")
+    _decrypt(parser)
+
+
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: Common) -> None:
     raw = argparse.RawDescriptionHelpFormatter
     show_help = "print a thread's timeline: every event, forks marked, values in short"
@@ -64,22 +71,16 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser], common
         description="Write one JSON line per event (raw fields and a decoded view), per thread "
         "its deletion records and an end record; streams in constant memory.",
     )
-    common(export)
-    export.add_argument("thread_id", nargs="?", metavar="THREAD_ID")
-    export.add_argument("--all", action="store_true", help="every thread under the prefix")
+    _threads(export, common)
     export.add_argument("--out", required=True, metavar="FILE", help="where to write ('-': stdout)")
-    _decrypt(export)
     verify = verbs.add_parser(
         "verify",
         help="walk threads' digest chains; exits 1 at the first altered, removed or moved event",
         description="Check each thread's digest chain in Redis (THREAD_ID or --all), or an "
         "export file without Redis (--file). Exits 1 if any check fails.",
     )
-    common(verify)
-    verify.add_argument("thread_id", nargs="?", metavar="THREAD_ID")
-    verify.add_argument("--all", action="store_true", help="every thread under the prefix")
+    _threads(verify, common)
     verify.add_argument("--file", metavar="FILE", help="an export file to check (no Redis)")
-    _decrypt(verify)
 
 
 def _serde(args: argparse.Namespace) -> SerializerProtocol | None:

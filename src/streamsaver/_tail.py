@@ -290,6 +290,8 @@ def _in_namespace(event: ThreadEvent, ns: str | None) -> bool:
         return True
     if event.kind == "delete":
         return any(item_ns == ns for item_ns, _ in event.deleted)
+    if event.kind == "pruned":  # trimmed every namespace
+        return True
     return event.checkpoint_ns == ns
 
 

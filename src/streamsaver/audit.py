@@ -93,13 +93,21 @@ class Timeline:
         appended: list[str] = []
         for i in range(0, len(nv), 3):
             channel, _, base = nv[i : i + 3]
-            raw = ormsgpack.unpackb(named[f"b{i // 3}".encode()])
-            if base:  # an append part: ["append", the new items' bytes, how many]
-                _, tail, count = raw
-                values[channel] = self.serde.loads_typed(("msgpack", array_header(count) + tail))
-                appended.append(channel)
-            elif raw[0] != "empty":
-                values[channel] = self.serde.loads_typed((raw[0], raw[1]))
+            stored = named.get(f"b{i // 3}".encode(), b"")
+            try:
+                raw = ormsgpack.unpackb(stored)
+                if base:  # an append part: ["append", the new items' bytes, how many]
+                    _, tail, count = raw
+                    typed = ("msgpack", array_header(count) + tail)
+                    appended.append(channel)
+                elif raw[0] == "empty":
+                    continue
+                else:
+                    typed = (raw[0], raw[1])
+            except (ValueError, TypeError, IndexError) as exc:  # a damaged or hand-written entry
+                values[channel] = Undecoded(type="?", size=len(stored), error=type(exc).__name__)
+                continue
+            values[channel] = self.serde.loads_typed(typed)
         return values, tuple(appended)
 
 
@@ -325,7 +333,10 @@ def _verify_line(thread: _FileThread, number: int, record: dict[str, Any]) -> No
     except (KeyError, TypeError, ValueError) as exc:
         thread.fail(f"line {number}: unreadable fields ({exc!r})")
         return
+    intact = thread.chain.ok
     thread.chain.add(entry_id, fields)
+    if intact and thread.chain.problem is not None:
+        thread.fail(str(thread.chain.problem))  # the chain says more than "edited"
     event = thread.timeline.event("", entry_id, fields)
     rendered = _record(thread.report.thread_id, event, entry_id, fields)
     if rendered != record:
