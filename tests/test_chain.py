@@ -60,6 +60,9 @@ def test_every_kind_of_append_keeps_the_chain(
     _run(sync_saver, "t", run="r1")
     _run(sync_saver, "t", steps=2, run="r2")
     sync_saver.delete_for_runs(["r1"])
+    [deleted] = [e for e in sync_saver.history("t") if e.kind == "delete"]
+    assert isinstance(deleted, ThreadEvent) and deleted.runs == ("r1",)
+    assert len(deleted.deleted) == 5 and deleted.digest is not None
     sync_saver.copy_thread("t", "copy")
     sync_saver.prune(["t"], strategy="keep_latest")
     for thread_id in ("t", "copy"):
