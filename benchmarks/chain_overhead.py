@@ -81,7 +81,7 @@ def measure(url: str, steps: int, rounds: int, warmup: int) -> dict[str, Times]:
 
 
 @contextmanager
-def _server(url: str | None) -> Iterator[str]:
+def server(url: str | None) -> Iterator[str]:
     if url:
         yield url
         return
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=30, help="untimed steps first (default 30)")
     parser.add_argument("--url", default=os.environ.get("REDIS_URL"), help="Redis URL")
     args = parser.parse_args(argv)
-    with _server(args.url) as url:
+    with server(args.url) as url:
         times = measure(url, args.steps, args.rounds, args.warmup)
     on, off = times["chained"], times["unchained"]
     print(f"{args.steps} agent steps x {args.rounds} rounds, chained and unchained interleaved\n")

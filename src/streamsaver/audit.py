@@ -18,7 +18,7 @@ from typing import Any, TextIO
 import ormsgpack
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from ._chain import ChainCheck, Pairs
+from ._chain import Break, ChainCheck, Pairs
 from ._codec import Codec
 from ._config import thread_id_str
 from ._delta import array_header
@@ -31,6 +31,8 @@ from .events import SkippedEvent, ThreadDeletion, ThreadEvent, Undecoded
 __all__ = [
     "FORMAT",
     "FORMAT_VERSION",
+    "Break",
+    "ChainCheck",
     "ExportCheck",
     "ExportWriter",
     "Timeline",
