@@ -116,10 +116,11 @@ class ChainCheck:
             self._fail(entry_id, kind, "was altered: its fields do not match its digest (ch)")
             return
         first = self._previous_id is None
-        previous = self.head
+        # a log starts the chain, or, once pruned, at the tombstone naming what it removed
+        previous = [""] if first else [self.head]
         if first and kind == b"pruned":
-            previous = named.get(b"last", b"").decode(errors="replace")
-        if chain_digest(previous, content) == dg.decode(errors="replace"):
+            previous.append(named.get(b"last", b"").decode(errors="replace"))
+        if any(chain_digest(p, content) == dg.decode(errors="replace") for p in previous):
             return
         if first:
             reason = "does not start the chain: the events before it were removed"
