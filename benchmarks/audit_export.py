@@ -33,7 +33,7 @@ def _fill(saver: RedisStreamSaver, thread_id: str, events: int) -> None:
     pipe = saver.client.pipeline(transaction=False)
     for i in range(events):
         fields = ops.codec.writes_event(
-            thread_id, "", "cp", [("messages", make_message(i))], f"task{i}", "", ""
+            thread_id, "", f"cp{i}", [("messages", make_message(i))], f"task{i}", "", ""
         )
         script(keys=keys, args=list(ops._append_args("", fields)), client=pipe)
         if (i + 1) % _BATCH == 0:
