@@ -123,8 +123,16 @@ def test_cross_shard_list_delete_for_runs_and_copy(saver: RedisStreamSaver) -> N
     ]
     for thread_id in [*threads, "copy:elsewhere"]:
         assert saver.verify(thread_id)[2] == []
+        assert saver.verify_chain(thread_id).ok
+    heads = {t: saver.verify_chain(t) for t in threads[:6]}
     saver.prune(threads[:6], strategy="delete")
     assert saver.threads() == sorted([*threads[6:], "copy:elsewhere"])
+    # each deletion is recorded in the audit stream of the thread's own slot
+    for thread_id, check in heads.items():
+        [record] = saver.deletions(thread_id)
+        assert (record.events, record.head) == (check.events, check.head)
+    saver.prune(threads[6:], strategy="keep_latest")
+    assert all(saver.verify_chain(t).ok for t in threads[6:])
 
 
 def test_command_line_detects_the_cluster(

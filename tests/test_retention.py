@@ -31,8 +31,12 @@ def wait_for(condition: Callable[[], bool], seconds: float = 15.0) -> None:
 
 
 def thread_key_names(client: redis.Redis, prefix: str) -> set[bytes]:
-    """Every key under the prefix but the per-slot feeds, which belong to no thread."""
-    return {k for k in client.scan_iter(match=f"{prefix}:*", count=1000) if b":feed:" not in k}
+    """Every key under the prefix but the per-slot streams (feeds, and the audit streams that
+    record deleted threads), which belong to no thread."""
+    shared = (f"{prefix}:feed:".encode(), f"{prefix}:audit:".encode())
+    return {
+        k for k in client.scan_iter(match=f"{prefix}:*", count=1000) if not k.startswith(shared)
+    }
 
 
 class History:
@@ -283,8 +287,8 @@ def test_keep_last_keeps_reads_exact_and_the_log_bounded(
         n = len(listed(saver))
         assert 3 <= n <= 6 or step < 3
         longest = max(longest, redis_client.xlen(log))
-    # two events per checkpoint, at most 2N checkpoints
-    assert longest <= 12
+    # two events per checkpoint, at most 2N checkpoints, and the last compaction's tombstone
+    assert longest <= 13
     assert assert_reads_match(saver, reference, "t") >= 3
     latest = saver.get_tuple(config("t"))
     assert latest is not None
@@ -453,7 +457,8 @@ def test_prune_keep_latest_keeps_records_of_deletions(
     saver.delete_for_runs(["run-0"])
     saver.prune(["t"])
     kinds = [f[b"k"] for _, f in redis_client.xrange(thread_keys(prefix, "t").log)]
-    assert kinds == [b"delete", b"checkpoint", b"writes"]
+    # the prune's own tombstone first (docs/audit.md), then the deletion record it kept
+    assert kinds == [b"pruned", b"delete", b"checkpoint", b"writes"]
     assert len(listed(saver)) == 1
 
 
@@ -487,7 +492,7 @@ def test_delete_for_runs_takes_the_payloads_out_of_the_log(
     last = entries[-1][1]
     assert last[b"k"] == b"delete" and ormsgpack.unpackb(last[b"runs"]) == ["secret"]
     assert set(ormsgpack.unpackb(last[b"items"])[1::2]) == deleted
-    assert {k for k in last} == {b"k", b"sv", b"thread", b"items", b"runs"}
+    assert {k for k in last} == {b"k", b"sv", b"thread", b"items", b"runs", b"ch", b"dg"}
 
     # the survivors read as before, though values they read were stored by deleted events
     # (step 1 wrote "once", and the message list chain ran through steps 1 and 2)
@@ -516,7 +521,7 @@ def test_delete_for_runs_of_every_checkpoint_leaves_only_the_record(
     History(saver).run(3, start=0)  # all in run-0
     saver.delete_for_runs(["run-0"])
     entries = redis_client.xrange(thread_keys(prefix, "t").log)
-    assert [f[b"k"] for _, f in entries] == [b"delete"]
+    assert [f[b"k"] for _, f in entries] == [b"pruned", b"delete"]
     assert saver.get_tuple(config("t")) is None
 
 
@@ -598,3 +603,18 @@ async def test_async_saver_compacts_and_expires_alike(redis_url: str, prefix: st
     for key in thread_keys(prefix, "t"):
         assert await client.pttl(key) > 500_000
     await client.aclose()
+
+
+def test_compactions_keep_the_digest_chain_verifiable(
+    redis_client: redis.Redis, prefix: str, reference: RedisStreamSaver
+) -> None:
+    # keep_last compacts every few puts, delete_for_runs once more: each leaves a 'pruned'
+    # tombstone that carries the trimmed range on, and the chain verifies after each
+    saver = kept_saver(redis_client, prefix, 2)
+    History(saver, reference).run(12)
+    assert saver.verify_chain("t").ok
+    first = redis_client.xrange(thread_keys(saver.prefix, "t").log, count=1)[0][1]
+    assert first[b"k"] == b"pruned" and int(first[b"n"]) > 12
+    saver.delete_for_runs(["run-1"])
+    assert saver.verify_chain("t").ok
+    assert saver.verify("t")[2] == []

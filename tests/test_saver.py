@@ -228,8 +228,9 @@ def test_prune_keep_latest_keeps_values_first_written_by_pruned_checkpoints(
     assert after is not None and after.checkpoint["channel_values"] == {"old": "kept", "n": 4}
     assert len(list(sync_saver.list(generate_config("t")))) == 1
     log = thread_keys(sync_saver.prefix, "t").log
-    assert redis_client.xlen(log) == 2  # the self-contained checkpoint and its writes
-    assert sync_saver.rebuild("t")[:2] == (2, 0)
+    # the 'pruned' tombstone, the self-contained checkpoint and its writes
+    assert redis_client.xlen(log) == 3
+    assert sync_saver.rebuild("t")[:2] == (3, 0)
     assert sync_saver.get_tuple(generate_config("t")) == before
 
 

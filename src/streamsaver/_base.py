@@ -69,6 +69,7 @@ class StreamSaverBase(BaseCheckpointSaver[str]):
         fencing: bool = False,
         ttl_seconds: float | None = None,
         keep_last: int | None = None,
+        chain: bool = True,
     ) -> None:
         super().__init__(serde=serde)
         for name, value, low in (
@@ -81,8 +82,9 @@ class StreamSaverBase(BaseCheckpointSaver[str]):
         self.max_payload_bytes = max_payload_bytes
         self.delta_cache_bytes = delta_cache_bytes
         self.durability = Durability(durability, replicas, durability_timeout_ms)
-        if not isinstance(fencing, bool):
-            raise InvalidInputError(f"fencing={fencing!r}: give True or False")
+        for name, flag in (("fencing", fencing), ("chain", chain)):
+            if not isinstance(flag, bool):
+                raise InvalidInputError(f"{name}={flag!r}: give True or False")
         self.fencing = fencing
         self.ttl_seconds = _check_ttl(ttl_seconds)
         if keep_last is not None and (
@@ -93,6 +95,12 @@ class StreamSaverBase(BaseCheckpointSaver[str]):
                 f"or None to keep every checkpoint"
             )
         self.keep_last = keep_last
+        if not isinstance(chain, bool):
+            raise InvalidInputError(
+                f"chain={chain!r}: give True (every event carries digests chaining it to the one "
+                f"before, docs/audit.md) or False"
+            )
+        self.chain = chain
         self._ops = self._operations()
 
     def _operations(self) -> Operations:
@@ -102,6 +110,7 @@ class StreamSaverBase(BaseCheckpointSaver[str]):
         ops.fencing = self.fencing
         ops.ttl_ms = math.ceil(self.ttl_seconds * 1000) if self.ttl_seconds else 0
         ops.keep_last = self.keep_last or 0
+        ops.chain = self.chain
         return ops
 
     def with_allowlist(self, extra_allowlist: Collection[tuple[str, ...]]) -> StreamSaverBase:

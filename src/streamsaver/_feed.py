@@ -9,7 +9,9 @@ instead of scanning the keyspace. Feeds are derived, trimmed pointers: the threa
 the only source of truth, and nothing (rebuild, replay, reads) needs them.
 
 Poison entries of a consumer group are parked in ``<prefix>:parked:{<slot tag>}``, the same slot.
-The ``feed:`` / ``parked:`` infix keeps these keys apart from thread keys (``<prefix>:{...}``) and
+``delete_thread`` records each deleted log in ``<prefix>:audit:{<slot tag>}`` of the log's slot
+(docs/audit.md): the log is gone, the record of its deletion stays. The ``feed:`` / ``parked:`` /
+``audit:`` infix keeps these keys apart from thread keys (``<prefix>:{...}``) and
 lets an ACL or ``CLIENT TRACKING ... BCAST PREFIX`` name all feeds of a prefix at once.
 """
 
@@ -23,6 +25,7 @@ from ._keys import escape_glob
 __all__ = [
     "DEFAULT_FEED_MAXLEN",
     "SLOTS",
+    "audit_of_log",
     "feed_key",
     "feed_of_log",
     "feed_pattern",
@@ -85,6 +88,11 @@ def feed_key(prefix: str, slot: int) -> str:
 
 def parked_key(prefix: str, slot: int) -> str:
     return f"{prefix}:parked:{{{slot_tag(slot)}}}"
+
+
+def audit_of_log(prefix: str, log_key: str) -> str:
+    """Where deleting this thread is recorded: the audit stream of the log's own slot."""
+    return f"{prefix}:audit:{{{slot_tag(slot_of(log_key))}}}"
 
 
 def feed_of_log(prefix: str, log_key: str) -> str:

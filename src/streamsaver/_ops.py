@@ -13,7 +13,7 @@ import builtins
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 import ormsgpack
 from langchain_core.runnables import RunnableConfig
@@ -25,12 +25,13 @@ from langgraph.checkpoint.base import (
     get_serializable_checkpoint_metadata,
 )
 
+from ._chain import CHAIN_FIELDS
 from ._codec import _SHARED, CheckpointEvent, Codec, Field, Held, _check_metadata
 from ._config import _configurable, make_config, target_of, thread_id_str
 from ._delta import DeltaCache, Known, Written
 from ._durability import Durability
 from ._errors import InvalidConfigError, InvalidInputError, UnsupportedServerError
-from ._feed import DEFAULT_FEED_MAXLEN, feed_of_log
+from ._feed import DEFAULT_FEED_MAXLEN, audit_of_log, feed_of_log
 from ._keys import (
     ThreadKeys,
     log_pattern,
@@ -44,20 +45,27 @@ from ._keys import (
 __all__ = [
     "Call",
     "Emit",
+    "Entry",
     "Eval",
+    "Items",
     "Operations",
     "Replay",
     "ScanLogs",
     "adrive",
     "aiterate",
+    "consume",
     "drive",
     "iterate",
+    "map_items",
 ]
 
 T = TypeVar("T")
+E = TypeVar("E")
+F = TypeVar("F")
 MIN_SERVER = (6, 2)
 _PAGE = 100
 _COPY_BATCH = 200
+_LOG_PAGE = 500
 # how long a deleted thread refuses writes that continue its old history
 TOMBSTONE_MS = 7 * 24 * 3600 * 1000
 
@@ -96,13 +104,16 @@ class ScanLogs:
 
 
 @dataclass(frozen=True, slots=True)
-class Emit:
-    item: CheckpointTuple
+class Emit(Generic[E]):
+    item: E
 
 
 Op = Eval | Call | ScanLogs
 Flow = Generator[Op, Any, T]
-ListFlow = Generator[Op | Emit, Any, None]
+Items = Generator[Op | Emit[E], Any, None]
+ListFlow = Items[CheckpointTuple]
+Entry = tuple[str, list[tuple[bytes, bytes]]]
+"""A log entry: its id and its fields in stored order."""
 
 
 def drive(flow: Flow[T], execute: Callable[[Op], Any]) -> T:
@@ -123,7 +134,7 @@ async def adrive(flow: Flow[T], execute: Callable[[Op], Awaitable[Any]]) -> T:
         return done.value  # type: ignore[no-any-return]
 
 
-def iterate(flow: ListFlow, execute: Callable[[Op], Any]) -> Iterator[CheckpointTuple]:
+def iterate(flow: Items[E], execute: Callable[[Op], Any]) -> Iterator[E]:
     reply: Any = None
     while True:
         try:
@@ -137,9 +148,7 @@ def iterate(flow: ListFlow, execute: Callable[[Op], Any]) -> Iterator[Checkpoint
             reply = execute(step)
 
 
-async def aiterate(
-    flow: ListFlow, execute: Callable[[Op], Awaitable[Any]]
-) -> AsyncIterator[CheckpointTuple]:
+async def aiterate(flow: Items[E], execute: Callable[[Op], Awaitable[Any]]) -> AsyncIterator[E]:
     reply: Any = None
     while True:
         try:
@@ -151,6 +160,36 @@ async def aiterate(
             reply = None
         else:
             reply = await execute(step)
+
+
+def map_items(flow: Items[E], convert: Callable[[E], F]) -> Items[F]:
+    """``flow`` with every item it emits converted."""
+    reply: Any = None
+    while True:
+        try:
+            step = flow.send(reply)
+        except StopIteration:
+            return
+        if isinstance(step, Emit):
+            yield Emit(convert(step.item))
+            reply = None
+        else:
+            reply = yield step
+
+
+def consume(flow: Items[E], take: Callable[[E], None]) -> Flow[None]:
+    """Run ``flow``, handing every item it emits to ``take``."""
+    reply: Any = None
+    while True:
+        try:
+            step = flow.send(reply)
+        except StopIteration:
+            return
+        if isinstance(step, Emit):
+            take(step.item)
+            reply = None
+        else:
+            reply = yield step
 
 
 def server_version(info: Any) -> tuple[int, ...]:
@@ -184,6 +223,8 @@ class Operations:
     ttl_ms: int = 0
     # checkpoints kept per namespace, compacted as puts go (lua/append.lua); 0: all
     keep_last: int = 0
+    # give every appended event its digests (lua/common.lua, docs/audit.md)
+    chain: bool = True
 
     def appending(self, keys: ThreadKeys) -> tuple[str, ...]:
         """Keys of a script that appends to a thread: its three, its slot's feed, and the
@@ -194,9 +235,13 @@ class Operations:
     def _append(self) -> str:
         return "append_compacting" if self.keep_last else "append"
 
+    def _appending_args(self) -> tuple[int, str]:
+        """The first two arguments of every script that appends (lua/common.lua)."""
+        return self.feed_maxlen, "chain" if self.chain else ""
+
     def _append_args(self, bases: Field, fields: Sequence[Field]) -> tuple[Field | int, ...]:
         fence = "fence" if self.fencing else ""
-        return (self.feed_maxlen, bases, fence, self.ttl_ms, self.keep_last, *fields)
+        return (*self._appending_args(), bases, fence, self.ttl_ms, self.keep_last, *fields)
 
     def keys(self, thread_id: str) -> ThreadKeys:
         return thread_keys(self.prefix, thread_id)
@@ -410,8 +455,14 @@ class Operations:
 
     def delete_thread(self, thread_id: str) -> Flow[None]:
         thread_id = thread_id_str(thread_id, "thread_id")
-        keys = self.appending(self.keys(thread_id))
-        yield Eval("delete_thread", keys, (thread_id, TOMBSTONE_MS, self.ttl_ms), write=True)
+        keys = self.keys(thread_id)
+        audit = audit_of_log(self.prefix, keys.log)
+        yield Eval(
+            "delete_thread",
+            (*self.appending(keys), audit),
+            (thread_id, TOMBSTONE_MS, self.ttl_ms),
+            write=True,
+        )
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> Flow[int]:
         runs = _str_list(run_ids, "run_ids")
@@ -419,11 +470,11 @@ class Operations:
             return 0
         deleted = 0
         for key in (yield ScanLogs(log_pattern(self.prefix))):
-            thread_id = thread_id_of(self.prefix, key.decode() if isinstance(key, bytes) else key)
+            thread_id = thread_id_of(self.prefix, _text(key))
             deleted += yield Eval(
                 "delete_runs",
                 self.appending(self.keys(thread_id)),
-                (self.feed_maxlen, thread_id, *runs),
+                (*self._appending_args(), thread_id, *runs),
                 write=True,
             )
         return deleted
@@ -453,14 +504,14 @@ class Operations:
                     if len(writes) > _COPY_BATCH:
                         del writes[next(iter(writes))]
                 event = {
-                    **fields,
+                    **{k: v for k, v in fields.items() if k not in CHAIN_FIELDS},
                     b"thread": target.encode(),
                     b"copy_of": _copy_of(source, entry_id),
                 }
                 args.append(2 * len(event))
                 for name, value in event.items():
                     args += (name, value)
-            args[:0] = (self.feed_maxlen, self.ttl_ms)
+            args[:0] = (*self._appending_args(), self.ttl_ms)
             copied += yield Eval("import", self.appending(dst), args, write=True)
             last = entries[-1][0]
             start = "(" + _text(last)
@@ -493,7 +544,8 @@ class Operations:
             if strategy == "delete":
                 yield from self.delete_thread(thread_id)
             else:
-                yield Eval("prune", self.appending(keys), (self.feed_maxlen, 1), write=True)
+                args = (*self._appending_args(), 1)
+                yield Eval("prune", self.appending(keys), args, write=True)
 
     def rebuild(self, thread_id: str) -> Flow[Replay]:
         keys = self.keys(thread_id_str(thread_id, "thread_id"))
@@ -506,11 +558,44 @@ class Operations:
         applied, skipped, *diffs = yield Eval("verify", (*keys, *scratch_keys(keys)), ())
         return int(applied), int(skipped), sorted(d.decode(errors="replace") for d in diffs)
 
+    def log_entries(self, thread_id: str) -> Items[Entry]:
+        """A thread's whole log, one page of XRANGE at a time: any length streams through in
+        constant memory."""
+        log = self.keys(thread_id_str(thread_id, "thread_id")).log
+        start = "-"
+        while True:
+            page = yield Call(("XRANGE", log, start, "+", "COUNT", _LOG_PAGE))
+            for entry_id, fields in page:
+                yield Emit((_text(entry_id), [(_b(k), _b(v)) for k, v in fields.items()]))
+            if len(page) < _LOG_PAGE:
+                return
+            start = "(" + _text(page[-1][0])
+
+    def deletion_entries(self, thread_id: str) -> Items[Entry]:
+        """The records of this thread's deletions, from the audit stream of its slot."""
+        thread = thread_id_str(thread_id, "thread_id").encode()
+        key = audit_of_log(self.prefix, self.keys(thread_id).log)
+        start = "-"
+        while True:
+            page = yield Call(("XRANGE", key, start, "+", "COUNT", _LOG_PAGE))
+            for entry_id, fields in page:
+                if _b(fields.get(b"thread", b"")) == thread:
+                    yield Emit((_text(entry_id), [(_b(k), _b(v)) for k, v in fields.items()]))
+            if len(page) < _LOG_PAGE:
+                return
+            start = "(" + _text(page[-1][0])
+
     def threads(self) -> Flow[builtins.list[str]]:
         keys = yield ScanLogs(log_pattern(self.prefix))
-        return sorted(
-            thread_id_of(self.prefix, k.decode() if isinstance(k, bytes) else k) for k in keys
-        )
+        return sorted(thread_id_of(self.prefix, _text(k)) for k in keys)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _b(value: bytes | str) -> bytes:
+    return value.encode() if isinstance(value, str) else value
 
 
 def _nothing_known(channel: str) -> Known | None:
@@ -531,10 +616,6 @@ def _write_fields(fields: Sequence[Field]) -> Iterator[tuple[str, bytes]]:
 
 def _is_value(name: bytes) -> bool:
     return name[:1] == b"b" and name[1:].isdigit()
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 def _bases(event: CheckpointEvent) -> bytes | str:

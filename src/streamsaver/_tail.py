@@ -35,7 +35,7 @@ from ._config import thread_id_str
 from ._errors import InvalidInputError
 from ._feed import SLOTS, feed_key, parked_key, slot_of
 from ._keys import thread_keys
-from .events import Delivery, FeedCursor, SkippedEvent, ThreadEvent
+from .events import Delivery, FeedCursor, Pruned, SkippedEvent, ThreadEvent
 
 __all__ = [
     "DEFAULT_BLOCK_MS",
@@ -119,7 +119,7 @@ Report = Callable[[SkippedEvent], None]
 
 _SCRIPTS = ("group_claim", "group_leave")
 _ID = re.compile(r"\d+-\d+")
-_KINDS = ("checkpoint", "writes", "delete")
+_KINDS = ("checkpoint", "writes", "delete", "pruned")
 
 
 @cache
@@ -247,10 +247,19 @@ def _decode(
         "thread_id": thread_id,
         "timestamp": datetime.fromtimestamp(ms / 1000, tz=timezone.utc),
         "origin": _str(fields, b"origin"),
+        "digest": _str(fields, b"dg"),
     }
     if b"copy_of" in fields:
         source, source_id = ormsgpack.unpackb(fields[b"copy_of"])
         base["copy_of"] = (str(source), str(source_id))
+    if kind == "pruned":
+        base["pruned"] = Pruned(
+            count=int(fields[b"n"]),
+            first_id=fields[b"from"].decode(),
+            last_id=fields[b"to"].decode(),
+            last_digest=fields[b"last"].decode(),
+        )
+        return ThreadEvent(**base)
     if kind == "delete":
         items = ormsgpack.unpackb(fields[b"items"])
         base["deleted"] = tuple(zip(items[::2], items[1::2], strict=True))
@@ -281,6 +290,8 @@ def _in_namespace(event: ThreadEvent, ns: str | None) -> bool:
         return True
     if event.kind == "delete":
         return any(item_ns == ns for item_ns, _ in event.deleted)
+    if event.kind == "pruned":  # trimmed every namespace
+        return True
     return event.checkpoint_ns == ns
 
 

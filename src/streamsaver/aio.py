@@ -6,7 +6,7 @@ import asyncio
 import builtins
 from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TextIO
 
 import redis.asyncio as aredis
 from langchain_core.runnables import RunnableConfig
@@ -22,6 +22,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from . import audit
 from ._base import (
     DEFAULT_DELTA_CACHE_BYTES,
     DEFAULT_MAX_PAYLOAD_BYTES,
@@ -29,6 +30,7 @@ from ._base import (
     StreamSaverBase,
     check_client,
 )
+from ._chain import ChainCheck
 from ._durability import DurabilityMode
 from ._errors import InvalidInputError, InvalidUsageError, translate, unavailable
 from ._ops import Call, Eval, Flow, Op, Replay, ScanLogs, T, adrive, aiterate
@@ -42,7 +44,7 @@ from ._tail import (
     Report,
     ThreadTail,
 )
-from .events import FeedCursor
+from .events import FeedCursor, SkippedEvent, ThreadDeletion, ThreadEvent
 from .tailing import AsyncConsumerGroup, AsyncTail, AsyncTailAll, default_consumer_name
 
 __all__ = ["AsyncRedisStreamSaver"]
@@ -72,6 +74,7 @@ class AsyncRedisStreamSaver(StreamSaverBase):
         fencing: bool = False,
         ttl_seconds: float | None = None,
         keep_last: int | None = None,
+        chain: bool = True,
     ) -> None:
         if not isinstance(client, (aredis.Redis, AsyncRedisCluster)):
             raise InvalidInputError(
@@ -90,6 +93,7 @@ class AsyncRedisStreamSaver(StreamSaverBase):
             fencing=fencing,
             ttl_seconds=ttl_seconds,
             keep_last=keep_last,
+            chain=chain,
         )
         if durability != "none" and isinstance(client, AsyncRedisCluster):
             raise InvalidUsageError(
@@ -121,6 +125,7 @@ class AsyncRedisStreamSaver(StreamSaverBase):
         fencing: bool = False,
         ttl_seconds: float | None = None,
         keep_last: int | None = None,
+        chain: bool = True,
         cluster: bool | None = None,
     ) -> AsyncIterator[AsyncRedisStreamSaver]:
         """A saver on a client it creates from ``url`` and closes on exit. ``cluster``: use a
@@ -146,6 +151,7 @@ class AsyncRedisStreamSaver(StreamSaverBase):
                 fencing=fencing,
                 ttl_seconds=ttl_seconds,
                 keep_last=keep_last,
+                chain=chain,
             )
         finally:
             await client.aclose()
@@ -258,6 +264,29 @@ class AsyncRedisStreamSaver(StreamSaverBase):
     async def athreads(self) -> builtins.list[str]:
         """Every thread id under this prefix (SCAN on every primary; not for hot paths)."""
         return await self._run(self._ops.threads())
+
+    # --- the audit trail (streamsaver.audit, docs/audit.md); see RedisStreamSaver -------------
+
+    async def ahistory(
+        self, thread_id: str, *, values: bool = False
+    ) -> AsyncIterator[ThreadEvent | SkippedEvent]:
+        if self.server_version is None:
+            await self.asetup()
+        flow = audit.history(self._ops, thread_id, self.serde, values)
+        async for event in aiterate(flow, self._execute):
+            yield event
+
+    async def averify_chain(self, thread_id: str) -> ChainCheck:
+        return await self._run(audit.verify_chain(self._ops, thread_id))
+
+    async def adeletions(self, thread_id: str) -> builtins.list[ThreadDeletion]:
+        return await self._run(audit.deletions(self._ops, thread_id))
+
+    async def aexport_audit(
+        self, thread_ids: Sequence[str], out: TextIO, *, serde: SerializerProtocol | None = None
+    ) -> int:
+        writer = audit.ExportWriter(out, self.prefix, serde or self.serde)
+        return await self._run(audit.export(self._ops, writer, thread_ids))
 
     # The sync interface, for callers on other threads (LangGraph's sync get_state & co).
     def _sync(self, coro: Coroutine[Any, Any, T]) -> T:

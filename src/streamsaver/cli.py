@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from ._base import DEFAULT_PREFIX
 from ._errors import StreamSaverError
-from .events import SkippedEvent, ThreadEvent
+from .events import SkippedEvent
 from .tailing import Tail, TailAll
 
 __all__ = ["build_parser", "main"]
@@ -83,6 +83,9 @@ def build_parser(prog: str = "streamsaver", demo: bool = True) -> argparse.Argum
     _which_threads(cmd)
     if demo:
         _tail_parser(sub)
+        from ._cli_audit import add_parsers
+
+        add_parsers(sub, _common)
     return parser
 
 
@@ -104,6 +107,10 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "streamsaver", demo: 
             return 0
         if args.command == "tail":
             return _tail(args, prog)
+        if args.command in ("history", "audit"):
+            from ._cli_audit import run as run_audit
+
+            return run_audit(args, prog)
         return _maintain(args, prog)
     except StreamSaverError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
@@ -193,45 +200,11 @@ def _tail_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     cmd.add_argument("--ns", metavar="NAMESPACE", help="only this checkpoint namespace ('' root)")
 
 
-def _jsonable(value: object) -> object:
-    from pydantic_core import to_jsonable_python
-
-    try:
-        return to_jsonable_python(value)
-    except Exception:  # anything the serializer gave back that JSON cannot hold
-        return repr(value)
-
-
-def _tail_line(event: ThreadEvent, steps: dict[tuple[str, str, str], int], every: bool) -> str:
-    key = (event.thread_id, event.checkpoint_ns, event.checkpoint_id or "")
-    step: int | None = event.step
-    if event.kind == "checkpoint" and step is not None:
-        steps[key] = step
-        who = str((event.metadata or {}).get("source", "-"))
-    elif event.kind == "writes":
-        seen = steps.get(key)
-        step = None if seen is None else seen + 1
-        who = event.node or (event.task_id or "-")
-    else:
-        who = f"deleted {len(event.deleted)} checkpoint(s) of run(s) {','.join(event.runs)}"
-    when = event.timestamp.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
-    parts = [when]
-    if every:
-        parts.append(repr(event.thread_id))
-    parts += [
-        f"{event.kind:<10}",
-        f"ns={event.checkpoint_ns!r}" if event.checkpoint_ns else "ns=''",
-        f"step={step if step is not None else '-'}",
-        who,
-        ",".join(event.channels) or "-",
-    ]
-    return " ".join(parts)
-
-
 def _tail(args: argparse.Namespace, prog: str) -> int:
     import json
     import signal
 
+    from ._render import event_line, jsonable
     from .saver import RedisStreamSaver
 
     if not args.url:
@@ -259,9 +232,9 @@ def _tail(args: argparse.Namespace, prog: str) -> int:
             with reader:
                 for event in reader:
                     if args.json:
-                        line = json.dumps(event.model_dump(), default=_jsonable)
+                        line = json.dumps(event.model_dump(), default=jsonable)
                     else:
-                        line = _tail_line(event, steps, args.all)
+                        line = event_line(event, steps, args.all)
                     print(line, flush=True)
         except KeyboardInterrupt:
             pass

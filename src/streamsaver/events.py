@@ -23,11 +23,25 @@ __all__ = [
     "SCHEMA_VERSION",
     "Delivery",
     "FeedCursor",
+    "Pruned",
     "SkippedEvent",
+    "ThreadDeletion",
     "ThreadEvent",
+    "Undecoded",
 ]
 
-EventKind = Literal["checkpoint", "writes", "delete"]
+EventKind = Literal["checkpoint", "writes", "delete", "pruned"]
+
+
+class Pruned(BaseModel):
+    """What a prune trimmed from the log (the ``pruned`` event it appends first)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    count: int = Field(description="how many entries were removed")
+    first_id: str = Field(description="the first entry removed")
+    last_id: str = Field(description="the last entry removed")
+    last_digest: str = Field(description="its chain digest ('' if it had none)")
 
 
 class ThreadEvent(BaseModel):
@@ -70,6 +84,26 @@ class ThreadEvent(BaseModel):
     copy_of: tuple[str, str] | None = Field(
         default=None, description="copy_thread: (source thread id, source event id)"
     )
+    pruned: Pruned | None = Field(default=None, description="pruned: what was removed")
+    digest: str | None = Field(
+        default=None,
+        description="the event's chain digest (dg, docs/audit.md); None if written unchained",
+    )
+    fork: bool | None = Field(
+        default=None,
+        description="history: a checkpoint whose parent is not the previous checkpoint of its "
+        "namespace in the log (time travel, update_state); None where not computed",
+    )
+    values: dict[str, Any] | None = Field(
+        default=None,
+        description="history with values, checkpoint: the values this event stores, by channel "
+        "(a list stored as an append part gives only the items appended: see appended)",
+    )
+    appended: tuple[str, ...] = Field(
+        default=(),
+        description="history with values: the channels whose entry in values holds only the "
+        "items appended to the list's previous value",
+    )
 
     @property
     def config(self) -> RunnableConfig | None:
@@ -91,6 +125,30 @@ class ThreadEvent(BaseModel):
         # LangGraph's task paths look like "~__pregel_pull, agent"
         last = self.task_path.rsplit(",", 1)[-1].strip().strip("'\"()")
         return last or None
+
+
+class Undecoded(BaseModel):
+    """A value the serializer could not decode: encrypted and read without the key, or of a
+    type it does not know. The stored bytes are left as they are."""
+
+    model_config = ConfigDict(frozen=True)
+
+    type: str = Field(description="the serializer's type tag, e.g. 'msgpack+aes'")
+    size: int = Field(description="length of the stored bytes")
+    error: str = Field(description="what the serializer raised")
+
+
+class ThreadDeletion(BaseModel):
+    """What ``delete_thread`` recorded in the prefix's audit stream before dropping a log."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str = Field(description="entry id in <prefix>:audit:{<slot tag>}")
+    thread_id: str
+    timestamp: datetime = Field(description="when the thread was deleted, UTC")
+    events: int = Field(description="how many events the deleted log held")
+    last_id: str | None = Field(description="the deleted log's last entry, None if it was empty")
+    head: str = Field(description="that entry's chain digest ('' if none)")
 
 
 class SkippedEvent(BaseModel):

@@ -6,7 +6,7 @@ import asyncio
 import builtins
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TextIO
 
 import redis
 from langchain_core.runnables import RunnableConfig
@@ -22,6 +22,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from . import audit
 from ._base import (
     DEFAULT_DELTA_CACHE_BYTES,
     DEFAULT_MAX_PAYLOAD_BYTES,
@@ -29,6 +30,7 @@ from ._base import (
     StreamSaverBase,
     check_client,
 )
+from ._chain import ChainCheck
 from ._durability import DurabilityMode
 from ._errors import InvalidInputError, translate, unavailable
 from ._ops import Call, Eval, Flow, Op, Replay, ScanLogs, T, drive, iterate
@@ -42,7 +44,7 @@ from ._tail import (
     Report,
     ThreadTail,
 )
-from .events import FeedCursor
+from .events import FeedCursor, SkippedEvent, ThreadDeletion, ThreadEvent
 from .tailing import ConsumerGroup, Tail, TailAll, default_consumer_name
 
 __all__ = ["RedisStreamSaver"]
@@ -74,6 +76,7 @@ class RedisStreamSaver(StreamSaverBase):
         fencing: bool = False,
         ttl_seconds: float | None = None,
         keep_last: int | None = None,
+        chain: bool = True,
     ) -> None:
         if not isinstance(client, (redis.Redis, RedisCluster)):
             raise InvalidInputError(
@@ -92,6 +95,7 @@ class RedisStreamSaver(StreamSaverBase):
             fencing=fencing,
             ttl_seconds=ttl_seconds,
             keep_last=keep_last,
+            chain=chain,
         )
         self.client = client
         self._scripts = {name: client.register_script(src) for name, src in SOURCES.items()}
@@ -113,6 +117,7 @@ class RedisStreamSaver(StreamSaverBase):
         fencing: bool = False,
         ttl_seconds: float | None = None,
         keep_last: int | None = None,
+        chain: bool = True,
         cluster: bool | None = None,
     ) -> Iterator[RedisStreamSaver]:
         """A saver on a client it creates from ``url`` and closes on exit. ``cluster``: use a
@@ -135,6 +140,7 @@ class RedisStreamSaver(StreamSaverBase):
                 fencing=fencing,
                 ttl_seconds=ttl_seconds,
                 keep_last=keep_last,
+                chain=chain,
             )
         finally:
             client.close()
@@ -250,6 +256,35 @@ class RedisStreamSaver(StreamSaverBase):
     def threads(self) -> builtins.list[str]:
         """Every thread id under this prefix (SCAN on every primary; not for hot paths)."""
         return self._run(self._ops.threads())
+
+    # --- the audit trail (streamsaver.audit, docs/audit.md) -----------------------------------
+
+    def history(
+        self, thread_id: str, *, values: bool = False
+    ) -> Iterator[ThreadEvent | SkippedEvent]:
+        """The thread's events, oldest first, as a person reads them: forks marked and, with
+        ``values``, the checkpoint values each event stores, decoded through the serde.
+        Pages through the log, so any length streams in constant memory."""
+        if self.server_version is None:
+            self.setup()
+        return iterate(audit.history(self._ops, thread_id, self.serde, values), self._execute)
+
+    def verify_chain(self, thread_id: str) -> ChainCheck:
+        """Walk the thread's digest chain: ``.ok``, or ``.problem``, the first event altered,
+        removed or moved; ``.head`` is the last digest."""
+        return self._run(audit.verify_chain(self._ops, thread_id))
+
+    def deletions(self, thread_id: str) -> builtins.list[ThreadDeletion]:
+        """What ``delete_thread`` recorded each time this thread was deleted, oldest first."""
+        return self._run(audit.deletions(self._ops, thread_id))
+
+    def export_audit(
+        self, thread_ids: Sequence[str], out: TextIO, *, serde: SerializerProtocol | None = None
+    ) -> int:
+        """Write the threads' audit export (JSON lines, docs/audit.md) to ``out``, decoding
+        values with ``serde`` (default: the saver's). Returns the number of events written."""
+        writer = audit.ExportWriter(out, self.prefix, serde or self.serde)
+        return self._run(audit.export(self._ops, writer, thread_ids))
 
     # LangGraph calls these when a graph with this saver runs async; the sync client blocks,
     # so each call moves to a worker thread instead of stalling the event loop.

@@ -1,22 +1,22 @@
 -- Append one event to a thread's log and project it, atomically.
 -- KEYS: log ix ptr feed gone (common.lua; gone: delete_thread.lua's tombstone)
--- ARGV[1]: the feed's MAXLEN (0: no pointer)
--- ARGV[2]: '' or, for a checkpoint with append parts, a msgpack list of the heads
+-- ARGV[1]: the feed's MAXLEN (0: no pointer)   ARGV[2]: 'chain' or '' (common.lua)
+-- ARGV[3]: '' or, for a checkpoint with append parts, a msgpack list of the heads
 --          ("<event id> <field>") the client saw for each part's base, in nv order
--- ARGV[3]: 'fence' to refuse a loop/input checkpoint whose parent is not the latest, or ''
--- ARGV[4]: the thread's time to live in ms, restarted by this write (0: none)
--- ARGV[5]: keep_last: checkpoints kept per namespace (0: all). A checkpoint that would make its
+-- ARGV[4]: 'fence' to refuse a loop/input checkpoint whose parent is not the latest, or ''
+-- ARGV[5]: the thread's time to live in ms, restarted by this write (0: none)
+-- ARGV[6]: keep_last: checkpoints kept per namespace (0: all). A checkpoint that would make its
 --          namespace hold more than twice as many compacts the thread first (compact.lua),
 --          so the cost of a compaction is spread over keep_last puts. Only the
 --          append_compacting entry, which includes compact.lua, is sent a keep_last
 --          (streamsaver/_scripts.py)
--- ARGV[6..]: the event's fields, flat [field, value, ...]
+-- ARGV[7..]: the event's fields, flat [field, value, ...]
 -- Returns the new event id, {new event id, entries trimmed} when it compacted, or 'stale'
 -- (nothing written) when a base is not what the client saw: the client then sends whole values
 -- instead. Refusals are errors; nothing is written.
 local fields = {}
-for i = 6, #ARGV do
-  fields[i - 5] = ARGV[i]
+for i = 7, #ARGV do
+  fields[i - 6] = ARGV[i]
 end
 local f = fields_of(fields)
 local continues = f.k == 'writes' or (f.k == 'checkpoint' and (f.parent or '') ~= '')
@@ -28,7 +28,7 @@ if KEYS[5] ~= nil and redis.call('EXISTS', KEYS[5]) == 1 then
   end
   redis.call('DEL', KEYS[5])
 end
-if ARGV[3] == 'fence' and f.k == 'checkpoint' then
+if ARGV[4] == 'fence' and f.k == 'checkpoint' then
   local ok, meta = pcall(cmsgpack.unpack, f.meta or '')
   local source = ok and type(meta) == 'table' and meta.source or nil
   -- time travel and update_state fork on purpose; loops and inputs continue the latest
@@ -43,8 +43,8 @@ if ARGV[3] == 'fence' and f.k == 'checkpoint' then
     end
   end
 end
-if ARGV[2] ~= '' then
-  local expected, j = cmsgpack.unpack(ARGV[2]), 1
+if ARGV[3] ~= '' then
+  local expected, j = cmsgpack.unpack(ARGV[3]), 1
   local nv, p = cmsgpack.unpack(f.nv), lp(f.ns)
   for i = 1, #nv, 3 do
     if nv[i + 2] ~= '' then
@@ -61,7 +61,7 @@ if ARGV[2] ~= '' then
     end
   end
 end
-local keep, reply = tonumber(ARGV[5]), nil
+local keep, reply = tonumber(ARGV[6]), nil
 if keep > 0 and f.k == 'checkpoint' then
   local p = lp(f.ns)
   -- ZLEXCOUNT is O(log n): deciding costs no scan
@@ -71,9 +71,9 @@ if keep > 0 and f.k == 'checkpoint' then
   end
 end
 if reply == nil then
-  reply = append_event(KEYS[1], fields)
+  reply, f.dg = append_event(KEYS[1], fields)
   apply(KEYS[1], KEYS[2], KEYS[3], reply, f)
   notify(KEYS[4], ARGV[1], reply, f)
 end
-expire_thread(KEYS[1], {KEYS[2], KEYS[3]}, ARGV[4])
+expire_thread(KEYS[1], {KEYS[2], KEYS[3]}, ARGV[5])
 return reply

@@ -13,9 +13,11 @@
 --                      the event field holding the value, or, with a base version, holding the
 --                      items appended to the value of (channel, base) (see _delta.py)
 --                  "w" .. lp(ns) .. checkpoint_id            -> msgpack [task, idx, event id, pos, ...]
+--                  "h" -> the dg of the log's last entry, if it has one (see append_event())
 --   KEYS[4] feed (scripts that append: append, import, delete_runs, compact) stream of
 --                pointers to the appended events, shared by the threads of one cluster slot
---                (see notify() below and streamsaver/_feed.py); their ARGV[1] is its MAXLEN
+--                (see notify() below and streamsaver/_feed.py); their ARGV[1] is its MAXLEN,
+--                their ARGV[2] 'chain' or '' (see append_event() below)
 -- lp() is a length prefix: it makes every composite member prefix-free, so no thread,
 -- namespace, channel or task name can collide with another whatever bytes it holds.
 
@@ -91,9 +93,42 @@ local function plain_part(log, part, cache)
 end
 
 -- Every event enters a thread's log here (append, import, delete_runs, compact), so what each
--- entry carries besides its own fields is added in one place.
+-- entry carries besides its own fields is added in one place: the digest chain (docs/audit.md).
+-- Scripts that append take ARGV[1], the feed's MAXLEN, and ARGV[2], 'chain' to chain their
+-- events or '' not to. A chained event gets two more fields, added last (to `fields` too):
+--   ch  sha1 hex of its other fields in order, each name and value length-prefixed (lp)
+--   dg  sha1 hex of (the previous entry's dg, or '' when it has none) .. ch
+-- so altering an event breaks its ch, and removing or moving one breaks the next dg. The
+-- entry id is not covered: the server assigns it after the fields are fixed; the order it
+-- gives is covered by the chain. streamsaver/_chain.py is the same definition, for verifying.
+-- The previous dg is the log's last entry's. apply() projects it into ptr's "h" (so replay
+-- rebuilds it): reading it there spares copying that entry, maybe a whole snapshot, into Lua;
+-- without it (indexes dropped, unchained entries) the entry is read. KEYS[3] is the ptr hash.
+-- Returns the entry id and its dg (nil when not chained).
+local heads = {}
 local function append_event(log, fields)
-  return redis.call('XADD', log, '*', unpack(fields))
+  local dg = nil
+  if ARGV[2] == 'chain' then
+    local prev = heads[log] or redis.call('HGET', KEYS[3], 'h')
+    if not prev then
+      local last = redis.call('XREVRANGE', log, '+', '-', 'COUNT', 1)[1]
+      prev = last and fields_of(last[2]).dg or ''
+    end
+    -- lp() of each field, without copying the values into prefixed strings first
+    local parts = {}
+    for i = 1, #fields do
+      parts[2 * i - 1] = #fields[i] .. ':'
+      parts[2 * i] = fields[i]
+    end
+    local ch = redis.sha1hex(table.concat(parts))
+    dg = redis.sha1hex(prev .. ch)
+    fields[#fields + 1] = 'ch'
+    fields[#fields + 1] = ch
+    fields[#fields + 1] = 'dg'
+    fields[#fields + 1] = dg
+  end
+  heads[log] = dg or ''
+  return redis.call('XADD', log, '*', unpack(fields)), dg
 end
 
 -- The feed: every event appended to a thread's log is announced, in the same script, by a small

@@ -16,6 +16,9 @@
 --      writes of checkpoints not stored yet (see early_writes below);
 --   3. `extra`: new events to append last, which may rely on any kept value (an append's new
 --      checkpoint, a delete_runs 'delete' event).
+-- Before the copies goes a 'pruned' tombstone (projection.lua's pruned_event()) recording what
+-- is trimmed, so the trimmed log starts at it and its digest chain stays verifiable
+-- (docs/audit.md).
 -- Needs common.lua, projection.lua and read.lua.
 
 -- Stream ids "<ms>-<seq>" in log order.
@@ -35,7 +38,8 @@ end
 local function copy_header(eid, f, skip_pattern, skip_field)
   local ev = {}
   for k, v in pairs(f) do
-    if k ~= skip_field and k ~= 'origin' and not (skip_pattern and string.match(k, skip_pattern)) then
+    if k ~= skip_field and k ~= 'origin' and k ~= 'ch' and k ~= 'dg'
+        and not (skip_pattern and string.match(k, skip_pattern)) then
       ev[#ev + 1] = k
       ev[#ev + 1] = v
     end
@@ -229,6 +233,8 @@ local function compact(log, ix, ptr, feed, maxlen, keep, extra)
     redis.call('DEL', log, ix, ptr)
     return n, {}
   end
+  table.insert(events, 1, pruned_event(log))
+  first_extra = first_extra + 1
   local ids = {}
   for i, ev in ipairs(events) do
     ids[i] = append_event(log, ev)

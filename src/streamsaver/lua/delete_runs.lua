@@ -3,10 +3,11 @@
 -- every other checkpoint, values they read from the deleted events included, and a "delete"
 -- event naming what was deleted (no payloads) is appended last: the log records that, and when,
 -- it happened. Appends nothing when the thread has none of the runs' checkpoints.
--- KEYS: log ix ptr feed   ARGV[1]: the feed's MAXLEN   ARGV[2]: thread id   ARGV[3..]: run ids
+-- KEYS: log ix ptr feed   ARGV[1]: the feed's MAXLEN   ARGV[2]: 'chain' or '' (common.lua)
+-- ARGV[3]: thread id   ARGV[4..]: run ids
 -- Returns the number of checkpoints deleted. The thread keeps the time to live it had.
 local items, runs = {}, {}
-for i = 3, #ARGV do
+for i = 4, #ARGV do
   local r = 'r' .. lp(ARGV[i])
   local ms = redis.call('ZRANGEBYLEX', KEYS[2], '[' .. r, '[' .. r .. '\255')
   if #ms > 0 then
@@ -21,7 +22,7 @@ end
 if #items == 0 then
   return 0
 end
-local ev = {'k', 'delete', 'sv', tostring(SCHEMA), 'thread', ARGV[2],
+local ev = {'k', 'delete', 'sv', tostring(SCHEMA), 'thread', ARGV[3],
             'items', cmsgpack.pack(items), 'runs', cmsgpack.pack(runs)}
 -- projected first, so the compaction keeps every checkpoint but the deleted ones; it projects
 -- the event again, with the rest, once appended

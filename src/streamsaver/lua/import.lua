@@ -1,9 +1,10 @@
 -- Append a batch of events (copied from another thread) and project each.
--- KEYS: log ix ptr feed of the target   ARGV[1]: the feed's MAXLEN
--- ARGV[2]: the target's time to live in ms, restarted by this write (0: none)
--- ARGV[3..]: per event, its field count, then its fields
+-- KEYS: log ix ptr feed of the target   ARGV[1]: the feed's MAXLEN   ARGV[2]: 'chain' or ''
+-- ARGV[3]: the target's time to live in ms, restarted by this write (0: none)
+-- ARGV[4..]: per event, its field count, then its fields (without the source's ch and dg: the
+-- copies are chained anew in the target)
 -- Returns the number of events appended.
-local i, n = 3, 0
+local i, n = 4, 0
 while i <= #ARGV do
   local count = tonumber(ARGV[i])
   local ev = {}
@@ -17,5 +18,5 @@ while i <= #ARGV do
   i = i + count + 1
   n = n + 1
 end
-expire_thread(KEYS[1], {KEYS[2], KEYS[3]}, ARGV[2])
+expire_thread(KEYS[1], {KEYS[2], KEYS[3]}, ARGV[3])
 return n

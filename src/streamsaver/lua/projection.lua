@@ -153,11 +153,36 @@ local function apply_delete(log, ix, ptr, id, f, items)
   -- channel values stay: later checkpoints may still read them
 end
 
+-- 'pruned' (compact.lua) records what a prune trimmed, for the audit trail: nothing to project
+local function check_pruned(f)
+  return true
+end
+
+local function apply_pruned()
+end
+
 local KINDS = {
   checkpoint = {check_checkpoint, apply_checkpoint},
   writes = {check_writes, apply_writes},
   delete = {check_delete, apply_delete},
+  pruned = {check_pruned, apply_pruned},
 }
+
+-- The tombstone a prune appends before trimming every older entry: how many, their id range
+-- and the digest of the last one (the tombstone's predecessor in the chain), none of their
+-- payloads.
+-- A log that starts with an earlier tombstone has its trimmed range and count carried on.
+local function pruned_event(log)
+  local first = redis.call('XRANGE', log, '-', '+', 'COUNT', 1)[1]
+  local last = redis.call('XREVRANGE', log, '+', '-', 'COUNT', 1)[1]
+  local ff, lf = fields_of(first[2]), fields_of(last[2])
+  local from, n = first[1], redis.call('XLEN', log)
+  if ff.k == 'pruned' and tonumber(ff.n) then
+    from, n = ff.from or from, n - 1 + tonumber(ff.n)
+  end
+  return {'k', 'pruned', 'sv', tostring(SCHEMA), 'thread', lf.thread or '',
+          'n', tostring(n), 'from', from, 'to', last[1], 'last', lf.dg or ''}
+end
 
 -- The checked event, ready for apply(); nil and a reason for one this version cannot project
 -- (unknown kind, newer schema, or malformed), which callers skip and report.
@@ -177,13 +202,21 @@ local function check(f)
 end
 
 local function apply(log, ix, ptr, id, f)
+  -- the chain's head (append_event() in common.lua), for every entry, projectable or not
+  if f.dg then
+    redis.call('HSET', ptr, 'h', f.dg)
+  else
+    redis.call('HDEL', ptr, 'h')
+  end
   local checked, why = check(f)
   if checked == nil then
     return false, why
   end
   checked[1](log, ix, ptr, id, f, checked[2])
-  if f.k ~= 'checkpoint' and f.k ~= 'writes' then
-    -- a record: compactions find it here and keep it (compact.lua)
+  if f.k ~= 'checkpoint' and f.k ~= 'writes' and f.k ~= 'pruned' then
+    -- a record: compactions find it here and keep it (compact.lua). A 'pruned' tombstone is
+    -- not one: the next compaction's tombstone covers it, or keep_last's regular compactions
+    -- would copy every earlier tombstone again each time
     redis.call('ZADD', ix, 0, 'e' .. id)
   end
   return true
