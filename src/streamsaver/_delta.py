@@ -19,9 +19,15 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 
-__all__ = ["MAX_CHAIN", "DeltaCache", "Known", "array_header", "split_array"]
+__all__ = ["ENTRY_BYTES", "MAX_CHAIN", "DeltaCache", "Known", "array_header", "split_array"]
 
 MAX_CHAIN = 512
+
+# What an entry costs beside its body: the Known, its version and head strings, the dict slots
+# and the (thread, namespace) key. Measured at ~630 bytes per thread holding one channel
+# (CPython 3.11, tracemalloc); counting only bodies let many small lists hold several times the
+# bound.
+ENTRY_BYTES = 640
 
 
 def split_array(data: bytes) -> tuple[int, int] | None:
@@ -71,7 +77,8 @@ class Known:
 
 class DeltaCache:
     """Per (thread, namespace), the last list value seen stored for each channel: the base
-    for the next append, and what reads can skip. LRU over (thread, namespace), by bytes."""
+    for the next append, and what reads can skip. LRU over (thread, namespace), bounded by
+    ``max_bytes`` counted as each entry's body plus ``ENTRY_BYTES``."""
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
@@ -79,6 +86,15 @@ class DeltaCache:
         self._bytes = 0
         # the sync saver is called from LangGraph's background threads
         self._lock = threading.Lock()
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes counted against ``max_bytes``."""
+        return self._bytes
+
+    def __len__(self) -> int:
+        """How many (thread, namespace) pairs it holds values for."""
+        return len(self._groups)
 
     def get(self, key: tuple[str, str, str]) -> Known | None:
         with self._lock:
@@ -94,7 +110,7 @@ class DeltaCache:
             return dict(self._groups.get((thread_id, checkpoint_ns), {}))
 
     def put(self, key: tuple[str, str, str], known: Known) -> None:
-        if len(known.body) > self.max_bytes:
+        if _cost(known) > self.max_bytes:
             self.drop(key)
             return
         with self._lock:
@@ -102,14 +118,21 @@ class DeltaCache:
             self._groups.move_to_end(key[:2])
             old = group.get(key[2])
             group[key[2]] = known
-            self._bytes += len(known.body) - (len(old.body) if old else 0)
+            self._bytes += _cost(known) - (_cost(old) if old else 0)
             while self._bytes > self.max_bytes:
                 _, evicted = self._groups.popitem(last=False)
-                self._bytes -= sum(len(k.body) for k in evicted.values())
+                self._bytes -= sum(map(_cost, evicted.values()))
 
     def drop(self, key: tuple[str, str, str]) -> None:
         with self._lock:
             group = self._groups.get(key[:2])
             old = group.pop(key[2], None) if group is not None else None
             if old is not None:
-                self._bytes -= len(old.body)
+                self._bytes -= _cost(old)
+            if group is not None and not group:
+                # an empty group counts no bytes, so eviction would never reach it
+                del self._groups[key[:2]]
+
+
+def _cost(known: Known) -> int:
+    return len(known.body) + ENTRY_BYTES

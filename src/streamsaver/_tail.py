@@ -636,8 +636,7 @@ class FeedTail(_Feeds):
                     wait,
                 )  # fmt: skip
                 got = [(slot_of(key), es) for key, es in streams(_check(reply))]
-            for slot, batch in got:
-                yield from self._hand_over(slot, batch)
+            yield from self._hand_over(got)
 
     def _check_gaps(self, slots: Sequence[int]) -> Step:
         """Report feeds trimmed past the cursor since it was taken: their first entry is now
@@ -670,26 +669,30 @@ class FeedTail(_Feeds):
                     for s in pending
                 )
             )
-            for slot, reply in zip(pending, replies, strict=True):
-                batch = entries(_check(reply))
-                yield from self._hand_over(slot, batch)
+            got = [(s, entries(_check(r))) for s, r in zip(pending, replies, strict=True)]
+            yield from self._hand_over(got)
+            for slot, batch in got:
                 if not batch:
                     self.positions[slot] = ends[slot]
             pending = [s for s in pending if _id_key(self.positions[s]) < _id_key(ends[s])]
 
-    def _hand_over(self, slot: int, batch: list[Entry]) -> TailFlow:
+    def _hand_over(self, got: Sequence[tuple[int, list[Entry]]]) -> TailFlow:
+        # every feed's pointers of one read are resolved in one round trip: a round trip per
+        # feed would cost one per event once threads spread over many slots, and a tailer
+        # sharing an event loop with busy writers would fall ever further behind
         pointers: list[tuple[int, str, dict[bytes, bytes]]] = []
-        skipped_ns: set[str] = set()
-        for feed_id, fields in batch:
-            fields = fields or {}
-            kind, ns = _str(fields, b"k"), _str(fields, b"ns")
-            if self.ns is not None and kind in ("checkpoint", "writes") and ns != self.ns:
-                skipped_ns.add(feed_id)  # another namespace: no need to fetch it
-            pointers.append((slot, feed_id, fields))
-        wanted = [p for p in pointers if p[1] not in skipped_ns]
+        skipped_ns: set[tuple[int, str]] = set()
+        for slot, batch in got:
+            for feed_id, fields in batch:
+                fields = fields or {}
+                kind, ns = _str(fields, b"k"), _str(fields, b"ns")
+                if self.ns is not None and kind in ("checkpoint", "writes") and ns != self.ns:
+                    skipped_ns.add((slot, feed_id))  # another namespace: no need to fetch it
+                pointers.append((slot, feed_id, fields))
+        wanted = [p for p in pointers if p[:2] not in skipped_ns]
         resolved = iter((yield from self.resolve(wanted)))
-        for _, feed_id, _ in pointers:
-            if feed_id in skipped_ns:
+        for slot, feed_id, _ in pointers:
+            if (slot, feed_id) in skipped_ns:
                 self.positions[slot] = feed_id
                 continue
             _, _, item = next(resolved)
@@ -811,8 +814,9 @@ class GroupReader(_Feeds):
                     yield from self._create(self.known, "0-0")
                     continue
                 got = [(slot_of(key), es) for key, es in streams(_check(reply))]
-            for slot, batch in got:
-                yield from self._hand_over(slot, [(fid, f or {}, 1) for fid, f in batch])
+            yield from self._hand_over(
+                [(slot, fid, f or {}, 1) for slot, batch in got for fid, f in batch]
+            )
 
     def _claim_wait(self) -> int:
         return max(1, int((self.next_claim - self.clock()) * 1000))
@@ -844,6 +848,7 @@ class GroupReader(_Feeds):
             for s in slots
         )
         replies = yield Batch(calls)
+        claims: list[tuple[int, str, dict[bytes, bytes], int]] = []
         for slot, reply in zip(slots, replies, strict=True):
             if reply == b"NOGROUP":
                 yield from self._create([slot], "0-0")
@@ -869,32 +874,35 @@ class GroupReader(_Feeds):
                         "(raise feed_maxlen)",
                     )
                 )
-            batch = [
-                (_text(claimed[i]), _fields(claimed[i + 2]) or {}, int(claimed[i + 1]))
+            claims += [
+                (slot, _text(claimed[i]), _fields(claimed[i + 2]) or {}, int(claimed[i + 1]))
                 for i in range(0, len(claimed), 3)
             ]
-            if batch:
-                yield from self._hand_over(slot, batch)
+        if claims:
+            yield from self._hand_over(claims)
 
-    def _hand_over(self, slot: int, batch: list[tuple[str, dict[bytes, bytes], int]]) -> TailFlow:
-        counts = {feed_id: n for feed_id, _, n in batch}
-        resolved = yield from self.resolve([(slot, fid, f) for fid, f, _ in batch])
-        unusable = [(fid, item) for _, fid, item in resolved if isinstance(item, SkippedEvent)]
+    def _hand_over(self, batch: Sequence[tuple[int, str, dict[bytes, bytes], int]]) -> TailFlow:
+        """Deliver ``(slot, feed id, pointer fields, deliveries)`` entries of any feeds,
+        resolved in one round trip (see FeedTail._hand_over)."""
+        resolved = yield from self.resolve([(slot, fid, f) for slot, fid, f, _ in batch])
+        unusable: dict[int, list[str]] = {}
+        for slot, fid, item in resolved:
+            if isinstance(item, SkippedEvent):
+                unusable.setdefault(slot, []).append(fid)
         if unusable:
             # nothing can ever process these: acknowledge them (first, so that a member that
             # stops early cannot leave them pending) and report them
-            (reply,) = yield Batch((("XACK", self.feed(slot), self.group, *dict(unusable)),))
-            _check(reply)
-            for _, item in unusable:
-                self.report(item)
-        for _, feed_id, item in resolved:
+            calls = tuple(("XACK", self.feed(s), self.group, *ids) for s, ids in unusable.items())
+            for reply in (yield Batch(calls)):
+                _check(reply)
+            for _, _, item in resolved:
+                if isinstance(item, SkippedEvent):
+                    self.report(item)
+        for (slot, feed_id, item), (_, _, _, deliveries) in zip(resolved, batch, strict=True):
             if isinstance(item, ThreadEvent):
                 yield Deliver(
                     Delivery(
-                        event=item,
-                        stream=self.feed(slot),
-                        entry_id=feed_id,
-                        deliveries=counts[feed_id],
+                        event=item, stream=self.feed(slot), entry_id=feed_id, deliveries=deliveries
                     )
                 )
 
