@@ -199,12 +199,29 @@ def _str(fields: Mapping[bytes, bytes], name: bytes) -> str | None:
     return raw.decode() if raw is not None else None
 
 
+def _shown(fields: Mapping[bytes, bytes], name: bytes) -> str | None:
+    """A field as text for a report or a comparison: bytes that are not UTF-8 (written by
+    hand, never by streamsaver) are replaced instead of raising."""
+    raw = fields.get(name)
+    return raw.decode(errors="replace") if raw is not None else None
+
+
+def _pointer(fields: Mapping[bytes, bytes]) -> tuple[str, str] | None:
+    """(thread id, event id) a feed entry points at, or None if it is not a pointer."""
+    try:
+        thread_id, event_id = _str(fields, b"t"), _str(fields, b"e")
+    except UnicodeDecodeError:
+        return None
+    if thread_id is None or event_id is None or not _ID.fullmatch(event_id):
+        return None
+    return thread_id, event_id
+
+
 def decode_event(
     codec: Codec, stream: str, entry_id: str, fields: Mapping[bytes, bytes]
 ) -> ThreadEvent | SkippedEvent:
     """A thread log entry as a ``ThreadEvent``, or the reason it cannot be one."""
-    kind, sv = _str(fields, b"k"), _str(fields, b"sv")
-    thread_id = _str(fields, b"thread")
+    kind, sv, thread_id = (_shown(fields, name) for name in (b"k", b"sv", b"thread"))
 
     def skipped(reason: str) -> SkippedEvent:
         return SkippedEvent(
@@ -217,7 +234,7 @@ def decode_event(
             reason=reason,
         )
 
-    if sv is None or not sv.isdigit():
+    if sv is None or not (sv.isascii() and sv.isdigit()):
         return skipped(f"no readable schema version ({sv!r})")
     if int(sv) > SCHEMA_VERSION:
         return skipped(f"schema version {sv} is newer than {SCHEMA_VERSION}: upgrade streamsaver")
@@ -225,10 +242,20 @@ def decode_event(
         return skipped(f"unknown kind {kind!r} (from a newer streamsaver?)")
     if thread_id is None:
         return skipped("no thread field")
+    if not _is_utf8(fields[b"thread"]):
+        return skipped("the thread field is not UTF-8")
     try:
         return _decode(codec, entry_id, kind, int(sv), thread_id, fields)
     except Exception as exc:  # a tailer reports what it cannot decode, and goes on
         return skipped(f"cannot decode: {exc!r}")
+
+
+def _is_utf8(raw: bytes) -> bool:
+    try:
+        raw.decode()
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _decode(
@@ -469,9 +496,9 @@ class _Feeds(_Reader):
         return SkippedEvent(
             stream=self.feed(slot),
             id=feed_id,
-            thread_id=_str(fields, b"t"),
-            event_id=_str(fields, b"e"),
-            kind=_str(fields, b"k"),
+            thread_id=_shown(fields, b"t"),
+            event_id=_shown(fields, b"e"),
+            kind=_shown(fields, b"k"),
             reason=reason,
         )
 
@@ -484,18 +511,16 @@ class _Feeds(_Reader):
         """Fetch the thread events feed pointers name, in one batch:
         ``[(slot, feed id, ThreadEvent | SkippedEvent)]`` in the pointers' order."""
         calls: list[Command] = []
-        for _, _, fields in pointers:
-            thread_id, event_id = _str(fields, b"t"), _str(fields, b"e")
-            if thread_id is not None and event_id is not None and _ID.fullmatch(event_id):
-                calls.append(
-                    ("XRANGE", thread_keys(self.prefix, thread_id).log, event_id, event_id)
-                )
+        targets = [_pointer(fields) for _, _, fields in pointers]
+        for target in targets:
+            if target is not None:
+                log = thread_keys(self.prefix, target[0]).log
+                calls.append(("XRANGE", log, target[1], target[1]))
         replies = iter((yield Batch(tuple(calls))) if calls else ())
         result: list[tuple[int, str, ThreadEvent | SkippedEvent]] = []
-        for slot, feed_id, fields in pointers:
-            event_id = _str(fields, b"e")
+        for (slot, feed_id, fields), target in zip(pointers, targets, strict=True):
             item: ThreadEvent | SkippedEvent
-            if _str(fields, b"t") is None or event_id is None or not _ID.fullmatch(event_id):
+            if target is None:
                 item = self._skipped(slot, feed_id, fields, "not a feed pointer")
             elif isinstance(reply := next(replies), Exception):
                 reason = f"cannot read the thread's log: {reply}"
@@ -506,8 +531,8 @@ class _Feeds(_Reader):
                     reason = "gone: the thread's log no longer has it (deleted or pruned)"
                     item = self._skipped(slot, feed_id, fields, reason)
                 else:
-                    log = thread_keys(self.prefix, _str(fields, b"t") or "").log
-                    item = decode_event(self.codec, log, event_id, found[0][1])
+                    log = thread_keys(self.prefix, target[0]).log
+                    item = decode_event(self.codec, log, target[1], found[0][1])
             result.append((slot, feed_id, item))
         return result
 
@@ -685,7 +710,7 @@ class FeedTail(_Feeds):
         for slot, batch in got:
             for feed_id, fields in batch:
                 fields = fields or {}
-                kind, ns = _str(fields, b"k"), _str(fields, b"ns")
+                kind, ns = _shown(fields, b"k"), _shown(fields, b"ns")
                 if self.ns is not None and kind in ("checkpoint", "writes") and ns != self.ns:
                     skipped_ns.add((slot, feed_id))  # another namespace: no need to fetch it
                 pointers.append((slot, feed_id, fields))
