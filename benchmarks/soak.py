@@ -268,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--thread-steps", type=int, default=50, help="steps per thread (50)")
     parser.add_argument("--every", type=float, default=15, help="seconds between samples (15)")
     parser.add_argument(
-        "--warmup", type=float, default=30, help="seconds before the memory baseline (30)"
+        "--warmup", type=float, default=60, help="seconds before the memory baseline (60)"
     )
     parser.add_argument(
         "--cache-mb", type=float, default=64, help="the saver's delta_cache_bytes, MiB (64)"
