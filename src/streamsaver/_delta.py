@@ -26,6 +26,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 __all__ = [
+    "ENTRY_BYTES",
     "MAX_CHAIN",
     "SNAPSHOT_SPACING",
     "DeltaCache",
@@ -41,6 +42,12 @@ MAX_CHAIN = 1024
 SNAPSHOT_SPACING = 3
 # below this a reference ("<event id> w<i>", offset, count) saves too little to be worth a lookup
 MIN_SHARED_BYTES = 64
+
+# What an entry costs beside its body: the Known, its version and head strings, the dict slots
+# and the (thread, namespace) key. Measured at ~630 bytes per thread holding one channel
+# (CPython 3.11, tracemalloc); counting only bodies let many small lists hold several times the
+# bound.
+ENTRY_BYTES = 640
 
 
 def split_array(data: bytes) -> tuple[int, int] | None:
@@ -111,7 +118,8 @@ class Written:
 
 class DeltaCache:
     """Per (thread, namespace), the last list value seen stored for each channel: the base
-    for the next append, and what reads can skip. LRU over (thread, namespace), by bytes."""
+    for the next append, and what reads can skip. LRU over (thread, namespace), bounded by
+    ``max_bytes`` counted as each entry's body plus ``ENTRY_BYTES``."""
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
@@ -121,6 +129,15 @@ class DeltaCache:
         self._written: dict[tuple[str, str], Written] = {}
         # the sync saver is called from LangGraph's background threads
         self._lock = threading.Lock()
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes counted against ``max_bytes``."""
+        return self._bytes
+
+    def __len__(self) -> int:
+        """How many (thread, namespace) pairs it holds values for."""
+        return len(self._groups)
 
     def get(self, key: tuple[str, str, str]) -> Known | None:
         with self._lock:
@@ -136,7 +153,7 @@ class DeltaCache:
             return dict(self._groups.get((thread_id, checkpoint_ns), {}))
 
     def put(self, key: tuple[str, str, str], known: Known) -> None:
-        if len(known.body) > self.max_bytes:
+        if _cost(known) > self.max_bytes:
             self.drop(key)
             return
         with self._lock:
@@ -144,13 +161,13 @@ class DeltaCache:
             self._groups.move_to_end(key[:2])
             old = group.get(key[2])
             group[key[2]] = known
-            self._bytes += len(known.body) - (len(old.body) if old else 0)
+            self._bytes += _cost(known) - (_cost(old) if old else 0)
             self._evict()
 
     def _evict(self) -> None:
         while self._bytes > self.max_bytes and self._groups:
             scope, evicted = self._groups.popitem(last=False)
-            self._bytes -= sum(len(k.body) for k in evicted.values())
+            self._bytes -= sum(map(_cost, evicted.values()))
             self._bytes -= _size(self._written.pop(scope, None))
 
     def wrote(
@@ -180,7 +197,7 @@ class DeltaCache:
         """Forget every value held for the thread, in every namespace."""
         with self._lock:
             for group in [g for g in self._groups if g[0] == thread_id]:
-                self._bytes -= sum(len(k.body) for k in self._groups.pop(group).values())
+                self._bytes -= sum(map(_cost, self._groups.pop(group).values()))
                 self._bytes -= _size(self._written.pop(group, None))
 
     def drop(self, key: tuple[str, str, str]) -> None:
@@ -188,8 +205,18 @@ class DeltaCache:
             group = self._groups.get(key[:2])
             old = group.pop(key[2], None) if group is not None else None
             if old is not None:
-                self._bytes -= len(old.body)
+                self._bytes -= _cost(old)
+            if group is not None and not group:
+                # an empty group would only keep its writes: eviction goes by groups
+                del self._groups[key[:2]]
+                self._bytes -= _size(self._written.pop(key[:2], None))
+
+
+def _cost(known: Known) -> int:
+    return len(known.body) + ENTRY_BYTES
 
 
 def _size(written: Written | None) -> int:
-    return sum(len(raw) for _, raw in written.fields) if written is not None else 0
+    if written is None:
+        return 0
+    return sum(len(raw) for _, raw in written.fields) + ENTRY_BYTES

@@ -199,12 +199,29 @@ def _str(fields: Mapping[bytes, bytes], name: bytes) -> str | None:
     return raw.decode() if raw is not None else None
 
 
+def _shown(fields: Mapping[bytes, bytes], name: bytes) -> str | None:
+    """A field as text for a report or a comparison: bytes that are not UTF-8 (written by
+    hand, never by streamsaver) are replaced instead of raising."""
+    raw = fields.get(name)
+    return raw.decode(errors="replace") if raw is not None else None
+
+
+def _pointer(fields: Mapping[bytes, bytes]) -> tuple[str, str] | None:
+    """(thread id, event id) a feed entry points at, or None if it is not a pointer."""
+    try:
+        thread_id, event_id = _str(fields, b"t"), _str(fields, b"e")
+    except UnicodeDecodeError:
+        return None
+    if thread_id is None or event_id is None or not _ID.fullmatch(event_id):
+        return None
+    return thread_id, event_id
+
+
 def decode_event(
     codec: Codec, stream: str, entry_id: str, fields: Mapping[bytes, bytes]
 ) -> ThreadEvent | SkippedEvent:
     """A thread log entry as a ``ThreadEvent``, or the reason it cannot be one."""
-    kind, sv = _str(fields, b"k"), _str(fields, b"sv")
-    thread_id = _str(fields, b"thread")
+    kind, sv, thread_id = (_shown(fields, name) for name in (b"k", b"sv", b"thread"))
 
     def skipped(reason: str) -> SkippedEvent:
         return SkippedEvent(
@@ -217,7 +234,7 @@ def decode_event(
             reason=reason,
         )
 
-    if sv is None or not sv.isdigit():
+    if sv is None or not (sv.isascii() and sv.isdigit()):
         return skipped(f"no readable schema version ({sv!r})")
     if int(sv) > SCHEMA_VERSION:
         return skipped(f"schema version {sv} is newer than {SCHEMA_VERSION}: upgrade streamsaver")
@@ -225,10 +242,20 @@ def decode_event(
         return skipped(f"unknown kind {kind!r} (from a newer streamsaver?)")
     if thread_id is None:
         return skipped("no thread field")
+    if not _is_utf8(fields[b"thread"]):
+        return skipped("the thread field is not UTF-8")
     try:
         return _decode(codec, entry_id, kind, int(sv), thread_id, fields)
     except Exception as exc:  # a tailer reports what it cannot decode, and goes on
         return skipped(f"cannot decode: {exc!r}")
+
+
+def _is_utf8(raw: bytes) -> bool:
+    try:
+        raw.decode()
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _decode(
@@ -480,9 +507,9 @@ class _Feeds(_Reader):
         return SkippedEvent(
             stream=self.feed(slot),
             id=feed_id,
-            thread_id=_str(fields, b"t"),
-            event_id=_str(fields, b"e"),
-            kind=_str(fields, b"k"),
+            thread_id=_shown(fields, b"t"),
+            event_id=_shown(fields, b"e"),
+            kind=_shown(fields, b"k"),
             reason=reason,
         )
 
@@ -495,18 +522,16 @@ class _Feeds(_Reader):
         """Fetch the thread events feed pointers name, in one batch:
         ``[(slot, feed id, ThreadEvent | SkippedEvent)]`` in the pointers' order."""
         calls: list[Command] = []
-        for _, _, fields in pointers:
-            thread_id, event_id = _str(fields, b"t"), _str(fields, b"e")
-            if thread_id is not None and event_id is not None and _ID.fullmatch(event_id):
-                calls.append(
-                    ("XRANGE", thread_keys(self.prefix, thread_id).log, event_id, event_id)
-                )
+        targets = [_pointer(fields) for _, _, fields in pointers]
+        for target in targets:
+            if target is not None:
+                log = thread_keys(self.prefix, target[0]).log
+                calls.append(("XRANGE", log, target[1], target[1]))
         replies = iter((yield Batch(tuple(calls))) if calls else ())
         result: list[tuple[int, str, ThreadEvent | SkippedEvent]] = []
-        for slot, feed_id, fields in pointers:
-            event_id = _str(fields, b"e")
+        for (slot, feed_id, fields), target in zip(pointers, targets, strict=True):
             item: ThreadEvent | SkippedEvent
-            if _str(fields, b"t") is None or event_id is None or not _ID.fullmatch(event_id):
+            if target is None:
                 item = self._skipped(slot, feed_id, fields, "not a feed pointer")
             elif isinstance(reply := next(replies), Exception):
                 reason = f"cannot read the thread's log: {reply}"
@@ -517,8 +542,8 @@ class _Feeds(_Reader):
                     reason = "gone: the thread's log no longer has it (deleted or pruned)"
                     item = self._skipped(slot, feed_id, fields, reason)
                 else:
-                    log = thread_keys(self.prefix, _str(fields, b"t") or "").log
-                    item = decode_event(self.codec, log, event_id, found[0][1])
+                    log = thread_keys(self.prefix, target[0]).log
+                    item = decode_event(self.codec, log, target[1], found[0][1])
             result.append((slot, feed_id, item))
         return result
 
@@ -647,8 +672,7 @@ class FeedTail(_Feeds):
                     wait,
                 )  # fmt: skip
                 got = [(slot_of(key), es) for key, es in streams(_check(reply))]
-            for slot, batch in got:
-                yield from self._hand_over(slot, batch)
+            yield from self._hand_over(got)
 
     def _check_gaps(self, slots: Sequence[int]) -> Step:
         """Report feeds trimmed past the cursor since it was taken: their first entry is now
@@ -681,26 +705,30 @@ class FeedTail(_Feeds):
                     for s in pending
                 )
             )
-            for slot, reply in zip(pending, replies, strict=True):
-                batch = entries(_check(reply))
-                yield from self._hand_over(slot, batch)
+            got = [(s, entries(_check(r))) for s, r in zip(pending, replies, strict=True)]
+            yield from self._hand_over(got)
+            for slot, batch in got:
                 if not batch:
                     self.positions[slot] = ends[slot]
             pending = [s for s in pending if _id_key(self.positions[s]) < _id_key(ends[s])]
 
-    def _hand_over(self, slot: int, batch: list[Entry]) -> TailFlow:
+    def _hand_over(self, got: Sequence[tuple[int, list[Entry]]]) -> TailFlow:
+        # every feed's pointers of one read are resolved in one round trip: a round trip per
+        # feed would cost one per event once threads spread over many slots, and a tailer
+        # sharing an event loop with busy writers would fall ever further behind
         pointers: list[tuple[int, str, dict[bytes, bytes]]] = []
-        skipped_ns: set[str] = set()
-        for feed_id, fields in batch:
-            fields = fields or {}
-            kind, ns = _str(fields, b"k"), _str(fields, b"ns")
-            if self.ns is not None and kind in ("checkpoint", "writes") and ns != self.ns:
-                skipped_ns.add(feed_id)  # another namespace: no need to fetch it
-            pointers.append((slot, feed_id, fields))
-        wanted = [p for p in pointers if p[1] not in skipped_ns]
+        skipped_ns: set[tuple[int, str]] = set()
+        for slot, batch in got:
+            for feed_id, fields in batch:
+                fields = fields or {}
+                kind, ns = _shown(fields, b"k"), _shown(fields, b"ns")
+                if self.ns is not None and kind in ("checkpoint", "writes") and ns != self.ns:
+                    skipped_ns.add((slot, feed_id))  # another namespace: no need to fetch it
+                pointers.append((slot, feed_id, fields))
+        wanted = [p for p in pointers if p[:2] not in skipped_ns]
         resolved = iter((yield from self.resolve(wanted)))
-        for _, feed_id, _ in pointers:
-            if feed_id in skipped_ns:
+        for slot, feed_id, _ in pointers:
+            if (slot, feed_id) in skipped_ns:
                 self.positions[slot] = feed_id
                 continue
             _, _, item = next(resolved)
@@ -822,8 +850,9 @@ class GroupReader(_Feeds):
                     yield from self._create(self.known, "0-0")
                     continue
                 got = [(slot_of(key), es) for key, es in streams(_check(reply))]
-            for slot, batch in got:
-                yield from self._hand_over(slot, [(fid, f or {}, 1) for fid, f in batch])
+            yield from self._hand_over(
+                [(slot, fid, f or {}, 1) for slot, batch in got for fid, f in batch]
+            )
 
     def _claim_wait(self) -> int:
         return max(1, int((self.next_claim - self.clock()) * 1000))
@@ -855,6 +884,7 @@ class GroupReader(_Feeds):
             for s in slots
         )
         replies = yield Batch(calls)
+        claims: list[tuple[int, str, dict[bytes, bytes], int]] = []
         for slot, reply in zip(slots, replies, strict=True):
             if reply == b"NOGROUP":
                 yield from self._create([slot], "0-0")
@@ -880,32 +910,35 @@ class GroupReader(_Feeds):
                         "(raise feed_maxlen)",
                     )
                 )
-            batch = [
-                (_text(claimed[i]), _fields(claimed[i + 2]) or {}, int(claimed[i + 1]))
+            claims += [
+                (slot, _text(claimed[i]), _fields(claimed[i + 2]) or {}, int(claimed[i + 1]))
                 for i in range(0, len(claimed), 3)
             ]
-            if batch:
-                yield from self._hand_over(slot, batch)
+        if claims:
+            yield from self._hand_over(claims)
 
-    def _hand_over(self, slot: int, batch: list[tuple[str, dict[bytes, bytes], int]]) -> TailFlow:
-        counts = {feed_id: n for feed_id, _, n in batch}
-        resolved = yield from self.resolve([(slot, fid, f) for fid, f, _ in batch])
-        unusable = [(fid, item) for _, fid, item in resolved if isinstance(item, SkippedEvent)]
+    def _hand_over(self, batch: Sequence[tuple[int, str, dict[bytes, bytes], int]]) -> TailFlow:
+        """Deliver ``(slot, feed id, pointer fields, deliveries)`` entries of any feeds,
+        resolved in one round trip (see FeedTail._hand_over)."""
+        resolved = yield from self.resolve([(slot, fid, f) for slot, fid, f, _ in batch])
+        unusable: dict[int, list[str]] = {}
+        for slot, fid, item in resolved:
+            if isinstance(item, SkippedEvent):
+                unusable.setdefault(slot, []).append(fid)
         if unusable:
             # nothing can ever process these: acknowledge them (first, so that a member that
             # stops early cannot leave them pending) and report them
-            (reply,) = yield Batch((("XACK", self.feed(slot), self.group, *dict(unusable)),))
-            _check(reply)
-            for _, item in unusable:
-                self.report(item)
-        for _, feed_id, item in resolved:
+            calls = tuple(("XACK", self.feed(s), self.group, *ids) for s, ids in unusable.items())
+            for reply in (yield Batch(calls)):
+                _check(reply)
+            for _, _, item in resolved:
+                if isinstance(item, SkippedEvent):
+                    self.report(item)
+        for (slot, feed_id, item), (_, _, _, deliveries) in zip(resolved, batch, strict=True):
             if isinstance(item, ThreadEvent):
                 yield Deliver(
                     Delivery(
-                        event=item,
-                        stream=self.feed(slot),
-                        entry_id=feed_id,
-                        deliveries=counts[feed_id],
+                        event=item, stream=self.feed(slot), entry_id=feed_id, deliveries=deliveries
                     )
                 )
 

@@ -18,8 +18,8 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+from redis.exceptions import AskError, MovedError, NoScriptError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from . import audit
@@ -95,12 +95,6 @@ class AsyncRedisStreamSaver(StreamSaverBase):
             keep_last=keep_last,
             chain=chain,
         )
-        if durability != "none" and isinstance(client, AsyncRedisCluster):
-            raise InvalidUsageError(
-                f"durability={durability!r} with an asyncio RedisCluster client is not supported "
-                f"yet (WAIT must run on the writing connection of each node); use "
-                f"RedisStreamSaver with a RedisCluster client, or durability='none'"
-            )
         self.client = client
         self._scripts = {name: client.register_script(src) for name, src in SOURCES.items()}
         self.server_version: tuple[int, ...] | None = None
@@ -178,23 +172,51 @@ class AsyncRedisStreamSaver(StreamSaverBase):
             raise unavailable(exc) from exc
 
     async def _execute_durably(self, op: Eval | Call, wait: tuple[str | int, ...]) -> Any:
-        # WAIT/WAITAOF count the writes of their own connection: one pipeline, one round trip
-        client = self.client
-        assert isinstance(client, aredis.Redis)  # refused for cluster clients at construction
-        for _ in range(2):
-            pipe = client.pipeline(transaction=False)
+        # WAIT/WAITAOF count the writes of their own connection, so the write and the wait go
+        # down one connection, pipelined: one round trip. On a cluster both name the key's
+        # primary as their target: the pipeline sends a node's commands together, in order, on
+        # one of its connections. A redirection means the write did not run (the WAIT's count
+        # is then meaningless): both are sent again where the slot now is.
+        key = op.keys[0] if isinstance(op, Eval) else op.args[1]
+        # redis-py leaves the cluster pipeline untyped; Any keeps mypy from flagging each call
+        client: Any = self.client
+        cluster = isinstance(client, AsyncRedisCluster)
+        node: Any = None
+        asking = False
+        for _ in range(3):
+            if cluster:
+                await client.initialize()
+                node = node if asking else client.get_node_from_key(key)
+            to = {"target_nodes": node} if cluster else {}
+            pipe = client.pipeline() if cluster else client.pipeline(transaction=False)
+            if asking:
+                pipe.execute_command("ASKING", **to)
             if isinstance(op, Eval):
                 script = self._scripts[op.script]
-                pipe.execute_command("EVALSHA", script.sha, len(op.keys), *op.keys, *op.args)
+                pipe.execute_command("EVALSHA", script.sha, len(op.keys), *op.keys, *op.args, **to)
             else:
-                pipe.execute_command(*op.args)
-            pipe.execute_command(*wait)
-            reply, ack = await pipe.execute(raise_on_error=False)
+                pipe.execute_command(*op.args, **to)
+            pipe.execute_command(*wait, **to)
+            if cluster:
+                replies = await pipe.execute(raise_on_error=False, allow_redirections=False)
+            else:
+                replies = await pipe.execute(raise_on_error=False)
+            reply, ack = replies[-2:]
+            asking = False
             if isinstance(reply, NoScriptError) and isinstance(op, Eval):
-                await client.script_load(script.script)  # the server restarted or failed over
+                # the server restarted or failed over
+                await client.execute_command("SCRIPT", "LOAD", script.script, **to)
+                continue
+            if isinstance(reply, MovedError):
+                await client.nodes_manager.move_slot(reply)
+                continue
+            if isinstance(reply, AskError) and client.get_node(reply.host, reply.port):
+                node, asking = client.get_node(reply.host, reply.port), True
                 continue
             if isinstance(reply, Exception):
                 raise reply
+            if isinstance(ack, Exception):
+                raise ack
             self.durability.check_ack(ack)
             return reply
         raise reply

@@ -199,36 +199,50 @@ class EmbeddedRedis:
 
 
 _SLOTS = 16384
+# no diskless-sync delay: a replica's first sync starts at once, not after 5 s
+_CLUSTER_ARGS = (
+    "--cluster-enabled", "yes",
+    "--cluster-node-timeout", "5000",
+    "--repl-diskless-sync-delay", "0",
+)  # fmt: skip
 
 
 def _cluster(client: redis.Redis, *args: object) -> Any:
     return client.execute_command("CLUSTER", *args)  # type: ignore[no-untyped-call]
 
 
-class EmbeddedCluster:
-    """A Redis Cluster of ``primaries`` primaries (no replicas) on 127.0.0.1, each an
-    :class:`EmbeddedRedis` in its own temporary directory. For tests and benchmarks.
+def _text(reply: Any) -> str:
+    return reply.decode() if isinstance(reply, bytes) else str(reply)
 
-    The cluster is formed with CLUSTER ADDSLOTS / MEET from redis-py, so it needs no
+
+class EmbeddedCluster:
+    """A Redis Cluster of ``primaries`` primaries, each with ``replicas`` replicas, on
+    127.0.0.1, each node an :class:`EmbeddedRedis` in its own temporary directory. For tests
+    and benchmarks.
+
+    The cluster is formed with CLUSTER ADDSLOTS / MEET / REPLICATE from redis-py, so it needs no
     ``redis-cli``. ``url`` names the first node; a cluster client discovers the rest.
+    ``nodes`` lists the primaries first, then the replicas; ``replicas_of[i]`` are primary
+    ``i``'s replicas.
     """
 
     def __init__(
         self,
         primaries: int = 3,
         *,
+        replicas: int = 0,
         binary: str | None = None,
         startup_timeout: float = 20.0,
     ) -> None:
         self.nodes: list[EmbeddedRedis] = []
         try:
-            for _ in range(primaries):
-                self.nodes.append(
-                    EmbeddedRedis(
-                        ["--cluster-enabled", "yes", "--cluster-node-timeout", "5000"],
-                        binary=binary,
-                    )
-                )
+            for _ in range(primaries * (1 + replicas)):
+                self.nodes.append(EmbeddedRedis(_CLUSTER_ARGS, binary=binary))
+            self.primaries = self.nodes[:primaries]
+            self.replicas_of = [
+                self.nodes[primaries + i * replicas : primaries + (i + 1) * replicas]
+                for i in range(primaries)
+            ]
             self._form(startup_timeout)
         except BaseException:
             self.stop()
@@ -236,28 +250,47 @@ class EmbeddedCluster:
         self.url = self.nodes[0].url
 
     def _form(self, timeout: float) -> None:
-        clients = [redis.Redis(host="127.0.0.1", port=n.port) for n in self.nodes]
+        clients = {n.port: redis.Redis(host="127.0.0.1", port=n.port) for n in self.nodes}
         try:
-            share = _SLOTS // len(clients)
-            for i, client in enumerate(clients):
-                last = _SLOTS if i == len(clients) - 1 else (i + 1) * share
-                _cluster(client, "ADDSLOTS", *range(i * share, last))
+            share = _SLOTS // len(self.primaries)
+            for i, node in enumerate(self.primaries):
+                last = _SLOTS if i == len(self.primaries) - 1 else (i + 1) * share
+                _cluster(clients[node.port], "ADDSLOTS", *range(i * share, last))
+            first = clients[self.nodes[0].port]
             for node in self.nodes[1:]:
-                _cluster(clients[0], "MEET", "127.0.0.1", node.port)
+                _cluster(first, "MEET", "127.0.0.1", node.port)
             deadline = time.monotonic() + timeout
-            while time.monotonic() < deadline:
-                infos = [_cluster(c, "INFO") for c in clients]
-                text = [i.decode() if isinstance(i, bytes) else str(i) for i in infos]
-                if all(
-                    "cluster_state:ok" in t and f"cluster_known_nodes:{len(clients)}" in t
-                    for t in text
-                ):
-                    return
-                time.sleep(0.05)
-            raise RuntimeError(f"the cluster did not reach cluster_state:ok within {timeout:g} s")
+            for primary, replicas in zip(self.primaries, self.replicas_of, strict=True):
+                node_id = _text(_cluster(clients[primary.port], "MYID"))
+                for replica in replicas:
+                    # a replica can follow a primary only once it has heard of it
+                    while node_id not in _text(_cluster(clients[replica.port], "NODES")):
+                        self._check_time(deadline, timeout, "learn of every node")
+                    _cluster(clients[replica.port], "REPLICATE", node_id)
+            total = f"cluster_known_nodes:{len(self.nodes)}"
+            per_range = 3 + len(self.replicas_of[0])  # start, end, primary, replicas
+            while not all(
+                "cluster_state:ok" in (t := _text(_cluster(c, "INFO")))
+                and total in t
+                # every node lists the replicas (gossip, once they have synced), so a client
+                # told the layout by any of them learns the replicas too
+                and all(len(r) == per_range for r in _cluster(c, "SLOTS"))
+                for c in clients.values()
+            ) or not all(
+                clients[r.port].info("replication").get("master_link_status") == "up"
+                for replicas in self.replicas_of
+                for r in replicas
+            ):
+                self._check_time(deadline, timeout, "reach cluster_state:ok")
         finally:
-            for client in clients:
+            for client in clients.values():
                 client.close()
+
+    @staticmethod
+    def _check_time(deadline: float, timeout: float, what: str) -> None:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the cluster did not {what} within {timeout:g} s")
+        time.sleep(0.05)
 
     def stop(self) -> None:
         for node in self.nodes:

@@ -19,7 +19,15 @@ import os
 import socket
 import threading
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Generator, Iterator
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Generator,
+    Iterator,
+    Sequence,
+)
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from uuid import uuid4
@@ -34,6 +42,7 @@ from ._errors import unavailable
 from ._tail import (
     Batch,
     Block,
+    Command,
     Deliver,
     FeedTail,
     GroupReader,
@@ -62,6 +71,29 @@ T = TypeVar("T", ThreadEvent, Delivery)
 R = TypeVar("R")
 _GRACE_S = 5.0  # a blocking read's timeout is its block time plus this
 _NETWORK = (RedisConnectionError, RedisTimeoutError)
+
+
+def _fill(client: Any, calls: Sequence[Command | ScriptCall], scripts: dict[str, Any]) -> Any:
+    """A pipeline (not a transaction) of a batch's calls, scripts by their SHA."""
+    pipe = client.pipeline(transaction=False)
+    for call in calls:
+        if isinstance(call, ScriptCall):
+            sha = scripts[call.name].sha
+            pipe.execute_command("EVALSHA", sha, len(call.keys), *call.keys, *call.args)
+        else:
+            pipe.execute_command(*call)
+    return pipe
+
+
+def _unloaded(calls: Sequence[Command | ScriptCall], replies: Sequence[Any]) -> list[int]:
+    """Where a script was missing (a new, restarted or failed-over server). They are sent again
+    in one pipeline once each script is loaded: one round trip each would stall a reader for
+    as many turns of a busy event loop."""
+    return [
+        i
+        for i, (call, reply) in enumerate(zip(calls, replies, strict=True))
+        if isinstance(call, ScriptCall) and isinstance(reply, NoScriptError)
+    ]
 
 
 def default_consumer_name() -> str:
@@ -104,23 +136,17 @@ class _SyncIO:
     def batch(self, op: Batch) -> list[Any]:
         if not op.calls:
             return []
-        pipe = self.client.pipeline(transaction=False)
-        for call in op.calls:
-            if isinstance(call, ScriptCall):
-                sha = self.scripts[call.name].sha
-                pipe.execute_command("EVALSHA", sha, len(call.keys), *call.keys, *call.args)
-            else:
-                pipe.execute_command(*call)
         try:
-            replies: list[Any] = pipe.execute(raise_on_error=False)
-            for i, (call, reply) in enumerate(zip(op.calls, replies, strict=True)):
-                if isinstance(call, ScriptCall) and isinstance(reply, NoScriptError):
-                    # the server restarted or failed over: the Script loads itself and retries
-                    try:
-                        script = self.scripts[call.name]
-                        replies[i] = script(keys=list(call.keys), args=list(call.args))
-                    except ResponseError as exc:
-                        replies[i] = exc
+            replies: list[Any] = _fill(self.client, op.calls, self.scripts).execute(
+                raise_on_error=False
+            )
+            missing = _unloaded(op.calls, replies)
+            if missing:
+                for name in {op.calls[i].name for i in missing}:  # type: ignore[union-attr]
+                    self.client.script_load(self.scripts[name].script)
+                again = _fill(self.client, [op.calls[i] for i in missing], self.scripts)
+                for i, reply in zip(missing, again.execute(raise_on_error=False), strict=True):
+                    replies[i] = reply
         except _NETWORK as exc:
             raise unavailable(exc) from exc
         return replies
@@ -435,22 +461,18 @@ class _AsyncIO:
     async def batch(self, op: Batch) -> list[Any]:
         if not op.calls:
             return []
-        pipe = self.client.pipeline(transaction=False)
-        for call in op.calls:
-            if isinstance(call, ScriptCall):
-                sha = self.scripts[call.name].sha
-                pipe.execute_command("EVALSHA", sha, len(call.keys), *call.keys, *call.args)
-            else:
-                pipe.execute_command(*call)
         try:
-            replies: list[Any] = await pipe.execute(raise_on_error=False)
-            for i, (call, reply) in enumerate(zip(op.calls, replies, strict=True)):
-                if isinstance(call, ScriptCall) and isinstance(reply, NoScriptError):
-                    try:
-                        script = self.scripts[call.name]
-                        replies[i] = await script(keys=list(call.keys), args=list(call.args))
-                    except ResponseError as exc:
-                        replies[i] = exc
+            replies: list[Any] = await _fill(self.client, op.calls, self.scripts).execute(
+                raise_on_error=False
+            )
+            missing = _unloaded(op.calls, replies)
+            if missing:
+                for name in {op.calls[i].name for i in missing}:  # type: ignore[union-attr]
+                    await self.client.script_load(self.scripts[name].script)
+                again = _fill(self.client, [op.calls[i] for i in missing], self.scripts)
+                retried = await again.execute(raise_on_error=False)
+                for i, reply in zip(missing, retried, strict=True):
+                    replies[i] = reply
         except _NETWORK as exc:
             raise unavailable(exc) from exc
         return replies
