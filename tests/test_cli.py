@@ -14,6 +14,7 @@ import yaml
 from streamsaver import RedisStreamSaver
 from streamsaver._keys import thread_keys
 from streamsaver.cli import build_parser
+from streamsaver.events import ThreadInfo
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -73,9 +74,16 @@ def test_threads_lists_every_thread_of_the_prefix_only(
     sync_saver: RedisStreamSaver, redis_url: str
 ) -> None:
     _fill(sync_saver, ["x", "y:z", ""])
-    out = _cli("threads", "--url", redis_url, "--prefix", sync_saver.prefix)
+    out = _cli("threads", "--url", redis_url, "--prefix", sync_saver.prefix, "--json")
     assert out.returncode == 0, out.stderr
-    assert out.stdout.splitlines() == sorted(["x", "y:z", ""])
+    infos = [ThreadInfo.model_validate_json(line) for line in out.stdout.splitlines()]
+    # newest activity first, each with its latest checkpoint (no projector runs: a scan)
+    assert [i.thread_id for i in infos] == ["", "y:z", "x"]
+    assert infos == sync_saver.threads()
+    assert {(i.checkpoint_id, i.step, i.interrupted) for i in infos} == {("00002", 2, False)}
+    text = _cli("threads", "--url", redis_url, "--prefix", sync_saver.prefix, "--limit", "2")
+    lines = text.stdout.splitlines()
+    assert len(lines) == 2 and lines[0].endswith(" step=2 - '' 00002")
 
 
 def test_commands_without_a_server_say_how_to_give_one() -> None:

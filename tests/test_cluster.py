@@ -104,7 +104,7 @@ def test_cross_shard_list_delete_for_runs_and_copy(saver: RedisStreamSaver) -> N
     for n, thread_id in enumerate(threads):
         first = _put(saver, thread_id, run_id="shared-run")
         _put(saver, thread_id, run_id=f"own-{n}", parent=first["configurable"]["checkpoint_id"])
-    assert saver.threads() == sorted(threads)
+    assert saver.thread_ids() == sorted(threads)
     listed = list(saver.list(None))
     assert len(listed) == 2 * len(threads)
     assert {t.config["configurable"]["thread_id"] for t in listed} == set(threads)
@@ -124,7 +124,7 @@ def test_cross_shard_list_delete_for_runs_and_copy(saver: RedisStreamSaver) -> N
     for thread_id in [*threads, "copy:elsewhere"]:
         assert saver.verify(thread_id)[2] == []
     saver.prune(threads[:6], strategy="delete")
-    assert saver.threads() == sorted([*threads[6:], "copy:elsewhere"])
+    assert saver.thread_ids() == sorted([*threads[6:], "copy:elsewhere"])
 
 
 def test_command_line_detects_the_cluster(

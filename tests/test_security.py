@@ -118,14 +118,14 @@ def test_savers_with_other_prefixes_cannot_see_or_touch_each_other(
     before = a.get_tuple(config)
     try:
         assert b.get_tuple(config) is None
-        assert list(b.list(None)) == [] and b.threads() == []
+        assert list(b.list(None)) == [] and b.thread_ids() == []
         b.delete_thread(thread_id)
         b.delete_for_runs(["run"])
         b.prune([thread_id], strategy="delete")
         b.copy_thread(thread_id, "stolen")
         assert list(b.list(None)) == []
         assert a.get_tuple(config) == before
-        assert a.threads() == [thread_id]
+        assert a.thread_ids() == [thread_id]
     finally:
         for key in redis_client.scan_iter(match=f"{a.prefix}*"):
             redis_client.unlink(key)

@@ -14,7 +14,8 @@ from ._delta import DeltaCache
 from ._durability import Durability, DurabilityMode
 from ._errors import InvalidInputError
 from ._keys import validate_prefix
-from ._ops import Operations
+from ._ops import Call, Eval, Operations
+from ._projection import Projections
 
 __all__ = [
     "DEFAULT_DELTA_CACHE_BYTES",
@@ -66,6 +67,7 @@ class StreamSaverBase(BaseCheckpointSaver[str]):
             raise InvalidInputError(f"fencing={fencing!r}: give True or False")
         self.fencing = fencing
         self._ops = self._operations()
+        self._projections = Projections(self.prefix)
 
     def _operations(self) -> Operations:
         cache = DeltaCache(self.delta_cache_bytes) if self.delta_cache_bytes else None
@@ -105,3 +107,16 @@ class StreamSaverBase(BaseCheckpointSaver[str]):
         else:
             counter = int(str(current).split(".", 1)[0])
         return f"{counter + 1:010d}.{random.getrandbits(32):08x}"
+
+
+def pipelined(scripts: dict[str, Any], op: Eval | Call) -> tuple[Any, ...]:
+    """The command that runs ``op`` in a pipeline (a script by its sha)."""
+    if isinstance(op, Eval):
+        return ("EVALSHA", scripts[op.script].sha, len(op.keys), *op.keys, *op.args)
+    return op.args
+
+
+def page_limit(limit: object) -> int | None:
+    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
+        raise InvalidInputError(f"limit={limit!r}: give an int >= 1, or None for every thread")
+    return limit

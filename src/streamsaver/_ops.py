@@ -43,6 +43,7 @@ from ._keys import (
 
 __all__ = [
     "Call",
+    "Each",
     "Emit",
     "Eval",
     "Operations",
@@ -96,11 +97,19 @@ class ScanLogs:
 
 
 @dataclass(frozen=True, slots=True)
+class Each:
+    """Several ``Eval``/``Call`` pipelined (one round trip per node, off the hot path). The
+    reply is a list in order, with a server error as an exception value in its place."""
+
+    ops: tuple[Eval | Call, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Emit:
     item: CheckpointTuple
 
 
-Op = Eval | Call | ScanLogs
+Op = Eval | Call | ScanLogs | Each
 Flow = Generator[Op, Any, T]
 ListFlow = Generator[Op | Emit, Any, None]
 

@@ -16,6 +16,8 @@ SAVER_COMMANDS: tuple[str, ...] = (
     # what the scripts call (a script runs with its caller's permissions)
     "xadd", "xtrim", "xlen", "zadd", "zrem", "zrange", "zrangebylex", "zrevrangebylex",
     "hset", "hsetnx", "hget", "hdel", "hgetall", "exists", "pexpire",
+    # the projector's scripts and readers of its keys (lua/registry.lua)
+    "xinfo|stream", "zrevrangebyscore", "hincrby", "hlen", "time",
     # tailing and consumer groups (docs/tailing.md): blocking reads on their own connection,
     # woken with CLIENT UNBLOCK when stopped from another thread
     "xread", "xrevrange", "xreadgroup", "xack", "xautoclaim", "xpending", "xgroup|create",

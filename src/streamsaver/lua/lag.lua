@@ -1,0 +1,10 @@
+-- How far the projector is behind on one slot.
+-- KEYS: feed state   ARGV: [1] count no more than this many entries
+-- Returns {usable (1, or 0: unseeded or trimmed past the cursor), cursor or '', entries
+-- after it (at most ARGV[1]), the oldest of them or ''}.
+local cursor = usable_cursor(KEYS[1], KEYS[2])
+if not cursor then
+  return {0, redis.call('HGET', KEYS[2], 'cursor') or '', 0, ''}
+end
+local pending = after_cursor(KEYS[1], cursor, '+', tonumber(ARGV[1]))
+return {1, cursor, #pending, pending[1] and pending[1][1] or ''}

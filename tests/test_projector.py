@@ -1,0 +1,193 @@
+"""The projector service (python -m projector run): crash and restart, replicas, lag, and the
+registry it keeps against a rebuild of the same keys from the logs."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from streamsaver import RedisStreamSaver
+from streamsaver._feed import SLOTS
+from streamsaver._projection import slot_keys
+
+from .test_cli import ROOT
+
+
+def projections(client: redis.Redis, prefix: str) -> dict[str, Any]:
+    """Every projector key's content but the cursors: what the projector derived."""
+    out: dict[str, Any] = {}
+    pipe = client.pipeline(transaction=False)
+    names = []
+    for slot in range(SLOTS):
+        keys = slot_keys(prefix, slot)
+        pipe.hgetall(keys.registry)
+        pipe.zrange(keys.activity, 0, -1, withscores=True)
+        pipe.zrange(keys.runs, 0, -1)
+        pipe.zrange(keys.meta, 0, -1)
+        names += [keys.registry, keys.activity, keys.runs, keys.meta]
+    for name, value in zip(names, pipe.execute(), strict=True):
+        if value:
+            out[name] = value
+    return out
+
+
+def wait_caught_up(saver: RedisStreamSaver, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        lag = saver.projector_lag()
+        if lag.usable and lag.pending == 0:
+            return
+        assert time.monotonic() < deadline, f"the projector did not catch up: {lag}"
+        time.sleep(0.05)
+
+
+def start_projector(url: str, prefix: str, *extra: str) -> subprocess.Popen[str]:
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "projector", "run", "--url", url, "--prefix", prefix, *extra],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def stop_projector(proc: subprocess.Popen[str]) -> str:
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    return out
+
+
+def checkpoint(step: int, **values: Any) -> Any:
+    return {
+        "v": 1, "id": f"{step:05d}", "ts": "", "channel_values": values,
+        "channel_versions": {k: step + 1 for k in values}, "versions_seen": {},
+        "updated_channels": None,
+    }  # fmt: skip
+
+
+def work(saver: RedisStreamSaver, thread_id: str, steps: int, run: str) -> None:
+    """A thread's history: checkpoints of a run, writes, an interrupt on the last one."""
+    config: Any = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+    for step in range(steps):
+        meta = {"step": step, "source": "loop", "run_id": run, "user": thread_id[:2]}
+        run_config = {**config, "metadata": {"run_id": run}}
+        config = saver.put(run_config, checkpoint(step, n=step), meta, {"n": step + 1})
+        writes = [("__interrupt__", "ask")] if step == steps - 1 else [("n", step)]
+        saver.put_writes({**config, "metadata": {"run_id": run}}, writes, f"task{step}")
+
+
+@pytest.fixture
+def projector_proc(redis_url: str, prefix: str) -> Iterator[list[subprocess.Popen[str]]]:
+    procs: list[subprocess.Popen[str]] = []
+    yield procs
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
+def test_killed_mid_batch_and_restarted_it_matches_a_rebuild(
+    sync_saver: RedisStreamSaver,
+    redis_client: redis.Redis,
+    redis_url: str,
+    prefix: str,
+    projector_proc: list[subprocess.Popen[str]],
+) -> None:
+    for i in range(10):
+        work(sync_saver, f"early{i}", 3, "r0")
+    first = start_projector(redis_url, prefix, "--batch", "5")
+    projector_proc.append(first)
+    state = slot_keys(prefix, 0).state  # any slot's state appears once seeded
+    deadline = time.monotonic() + 60
+    while not redis_client.exists(state):
+        assert time.monotonic() < deadline and first.poll() is None, first.stderr
+        time.sleep(0.05)
+    # writes keep coming while the projector applies them; kill it in the middle
+    for i in range(40):
+        work(sync_saver, f"t{i}", 4, f"r{i % 3}")
+        if i == 20:
+            first.kill()
+            first.communicate()
+            assert first.returncode == -signal.SIGKILL
+    sync_saver.delete_for_runs(["r1"])
+    sync_saver.copy_thread("t2", "copy-of-t2")
+    sync_saver.prune(["t5"], strategy="keep_latest")
+    assert sync_saver.projector_lag().pending != 0
+
+    second = start_projector(redis_url, prefix, "--batch", "7")
+    projector_proc.append(second)
+    wait_caught_up(sync_saver)
+    incremental = projections(redis_client, prefix)
+    stop_projector(second)
+
+    sync_saver.seed_projections()
+    assert projections(redis_client, prefix) == incremental
+    infos = {i.thread_id: i for i in sync_saver.threads()}
+    assert set(infos) == set(sync_saver.thread_ids())
+    assert infos["t6"].step == 3 and infos["t6"].interrupted
+    assert infos["t6"].checkpoint_id == "00003"
+    # run r1's checkpoints are deleted: its threads have none left
+    assert infos["t7"].checkpoint_id is None and not infos["t7"].interrupted
+
+
+def test_two_replicas_share_the_work(
+    sync_saver: RedisStreamSaver,
+    redis_client: redis.Redis,
+    redis_url: str,
+    prefix: str,
+    projector_proc: list[subprocess.Popen[str]],
+) -> None:
+    work(sync_saver, "seed", 1, "r")
+    a = start_projector(redis_url, prefix, "--batch", "3", "--consumer", "a")
+    b = start_projector(redis_url, prefix, "--batch", "3", "--consumer", "b")
+    projector_proc += [a, b]
+    wait_caught_up(sync_saver)
+    for i in range(60):
+        work(sync_saver, f"t{i}", 3, "r")
+    wait_caught_up(sync_saver)
+    applied = [int(stop_projector(p).split()[1]) for p in (a, b)]
+    assert all(n > 0 for n in applied), applied
+    # every entry was applied once: the cursors moved past each exactly one time
+    total = sum(
+        int(redis_client.hget(slot_keys(prefix, s.slot).state, "applied") or 0)
+        for s in sync_saver.projector_lag().slots
+    )
+    assert sum(applied) == total == 60 * 3 * 2
+    incremental = projections(redis_client, prefix)
+    sync_saver.seed_projections()
+    assert projections(redis_client, prefix) == incremental
+
+
+def test_status_reports_the_lag_and_run_stops_on_sigterm(
+    sync_saver: RedisStreamSaver,
+    redis_url: str,
+    prefix: str,
+    projector_proc: list[subprocess.Popen[str]],
+) -> None:
+    work(sync_saver, "a", 2, "r")
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
+    base = [sys.executable, "-m", "projector", "status", "--url", redis_url, "--prefix", prefix]
+    before = subprocess.run(base, capture_output=True, text=True, env=env, timeout=60)
+    assert before.returncode == 0, before.stderr
+    assert "1 unusable" in before.stdout  # no projector has run: readers scan
+    assert not sync_saver.projector_lag().usable
+
+    proc = start_projector(redis_url, prefix)
+    projector_proc.append(proc)
+    wait_caught_up(sync_saver)
+    work(sync_saver, "b", 2, "r")
+    wait_caught_up(sync_saver)
+    assert "applied 4 entries" in stop_projector(proc)
+    after = subprocess.run(base, capture_output=True, text=True, env=env, timeout=60)
+    assert "lag: 0 entries pending" in after.stdout and "0 unusable" in after.stdout
