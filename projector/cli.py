@@ -95,6 +95,8 @@ def _status(saver: RedisStreamSaver, as_json: bool) -> int:
         if s.pending or not s.usable:
             state = "" if s.usable else " unusable"
             print(f"slot {s.slot}: {s.pending} pending after {s.cursor or '-'}{state}")
+    if not saver.projector_seeded():
+        print("not seeded: no projector has run yet, and readers scan every log")
     print(
         f"lag: {lag.pending} entries pending, oldest {lag.oldest_age_s:.1f} s; "
         f"{len(lag.slots)} slots with a feed, "

@@ -73,14 +73,10 @@ class Projector:
 
     def start(self) -> None:
         """Seed what has no projections yet (first start, or keys deleted), then catch up."""
-        lag = self.saver.projector_lag()
-        unseeded = [s.slot for s in lag.slots if not s.usable]
-        if not lag.slots or len(unseeded) == len(lag.slots):
-            log.info("no usable projections: seeding every slot from the thread logs")
+        if not self.saver.projector_seeded():
+            log.info("no projections yet: seeding them from the thread logs")
             registered = self.saver.seed_projections()
             log.info("seeded: %d threads registered", registered)
-        elif unseeded:
-            self._reseed(unseeded)
         self.catch_up()
 
     def _reseed(self, slots: list[int]) -> None:

@@ -66,14 +66,15 @@ class StreamSaverBase(BaseCheckpointSaver[str]):
         if not isinstance(fencing, bool):
             raise InvalidInputError(f"fencing={fencing!r}: give True or False")
         self.fencing = fencing
-        self._ops = self._operations()
         self._projections = Projections(self.prefix)
+        self._ops = self._operations()
 
     def _operations(self) -> Operations:
         cache = DeltaCache(self.delta_cache_bytes) if self.delta_cache_bytes else None
         codec = Codec(self.serde, self.max_payload_bytes)
         ops = Operations(self.prefix, codec, cache, self.durability)
         ops.fencing = self.fencing
+        ops.projections = self._projections
         return ops
 
     def with_allowlist(self, extra_allowlist: Collection[tuple[str, ...]]) -> StreamSaverBase:

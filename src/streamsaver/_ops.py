@@ -13,7 +13,7 @@ import builtins
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import ormsgpack
 from langchain_core.runnables import RunnableConfig
@@ -31,6 +31,9 @@ from ._delta import DeltaCache, Known
 from ._durability import Durability
 from ._errors import InvalidConfigError, InvalidInputError, UnsupportedServerError
 from ._feed import DEFAULT_FEED_MAXLEN, feed_of_log
+
+if TYPE_CHECKING:
+    from ._projection import Projections
 from ._keys import (
     ThreadKeys,
     log_pattern,
@@ -189,6 +192,8 @@ class Operations:
     feed_maxlen: int = DEFAULT_FEED_MAXLEN
     # refuse a loop/input checkpoint whose parent is not its namespace's latest (opt-in)
     fencing: bool = False
+    # where list(None) and delete_for_runs find candidate threads; None: scan every log
+    projections: Projections | None = None
 
     def appending(self, keys: ThreadKeys) -> tuple[str, ...]:
         """Keys of a script that appends to a thread: its three, its slot's feed, and the
@@ -335,10 +340,7 @@ class Operations:
         match, nulls = _filter_args(filter)
         before_id = target_of(before).checkpoint_id if before is not None else None
         if config is None:
-            threads = sorted(
-                thread_id_of(self.prefix, key.decode() if isinstance(key, bytes) else key)
-                for key in (yield ScanLogs(log_pattern(self.prefix)))
-            )
+            threads = yield from self._threads_for(("meta", match))
             ns: str | None = None
             exact = None
         else:
@@ -401,8 +403,7 @@ class Operations:
         if not runs:
             return 0
         deleted = 0
-        for key in (yield ScanLogs(log_pattern(self.prefix))):
-            thread_id = thread_id_of(self.prefix, key.decode() if isinstance(key, bytes) else key)
+        for thread_id in (yield from self._threads_for(("runs", *runs))):
             deleted += yield Eval(
                 "delete_runs",
                 self.appending(self.keys(thread_id)),
@@ -463,6 +464,16 @@ class Operations:
         keys = self.keys(thread_id_str(thread_id, "thread_id"))
         applied, skipped, *diffs = yield Eval("verify", (*keys, *scratch_keys(keys)), ())
         return int(applied), int(skipped), sorted(d.decode(errors="replace") for d in diffs)
+
+    def _threads_for(self, query: tuple[Field, ...]) -> Flow[builtins.list[str]]:
+        """The threads a cross-thread read looks at, sorted: the projector's candidates
+        (_projection.py), or every log when they cannot be used. A saver that announces
+        nothing (feed_maxlen 0) cannot trust feeds to name every thread: it scans."""
+        if self.projections is not None and self.feed_maxlen > 0:
+            found = yield from self.projections.candidates(query)
+            if found is not None:
+                return found
+        return (yield from self.threads())
 
     def threads(self) -> Flow[builtins.list[str]]:
         keys = yield ScanLogs(log_pattern(self.prefix))

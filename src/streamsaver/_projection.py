@@ -62,8 +62,8 @@ def slot_keys(prefix: str, slot: int) -> SlotKeys:
 
 
 class Applied(NamedTuple):
-    """What one project.lua call did: ``status`` is ``ok``, or ``unseeded``/``behind`` (the
-    slot needs a seed); ``unknown`` lists "<feed id> <kind>" of kinds this version lacks."""
+    """What one project.lua call did: ``status`` is ``ok``, or ``behind`` (the slot needs a
+    seed); ``unknown`` lists "<feed id> <kind>" of kinds this version lacks."""
 
     status: str
     applied: int = 0
@@ -93,6 +93,15 @@ def _info(thread_id: str, row: bytes) -> ThreadInfo:
     )
 
 
+def _usable(replies: Sequence[Any]) -> builtins.list[Any] | None:
+    """The slots' answers (each less its status), or None when the readers must scan: a slot
+    is unusable, or no slot was ever seeded (no projector ever ran)."""
+    statuses = [_text(_ok(r)[0]) for r in replies]
+    if "fallback" in statuses or "ok" not in statuses:
+        return None
+    return [r[1:] for r in replies]
+
+
 def _order(info: ThreadInfo) -> tuple[int, bytes]:
     return -info.last_activity_ms, info.thread_id.encode()
 
@@ -105,19 +114,36 @@ class Projections:
         self.prefix = prefix
         # a cluster probes its feeds one EXISTS per slot (a command may not span slots)
         self.cluster = False
+        # ignore the projections: cross-thread reads scan the logs (tests compare both paths)
+        self.scan_only = False
+        self._known: set[int] = set()
 
     def keys(self, slot: int) -> SlotKeys:
         return slot_keys(self.prefix, slot)
 
     def feed_slots(self) -> Flow[builtins.list[int]]:
-        """The slots whose feed exists, found by probing their names, never by SCAN."""
-        names = [feed_key(self.prefix, s) for s in range(SLOTS)]
-        if self.cluster:
+        """The slots whose feed exists, found by probing their names, never by SCAN. Feeds
+        are not deleted, so only the slots not seen yet are probed again (a fresh prefix
+        probes all 16384: tens of ms; once every slot has a feed, nothing)."""
+        unknown = [s for s in range(SLOTS) if s not in self._known]
+        names = [feed_key(self.prefix, s) for s in unknown]
+        if not names:
+            found: builtins.list[int] = []
+        elif self.cluster:
             replies = yield Each(tuple(Call(("EXISTS", k)) for k in names))
-            return [s for s, r in enumerate(replies) if _ok(r)]
-        reply = yield Call(("XREAD", "COUNT", 1, "STREAMS", *names, *["0-0"] * SLOTS))
-        present = {key for key, _ in streams(reply)}
-        return [s for s, k in enumerate(names) if k in present]
+            found = [s for s, r in zip(unknown, replies, strict=True) if _ok(r)]
+        else:
+            reply = yield Call(("XREAD", "COUNT", 1, "STREAMS", *names, *["0-0"] * len(names)))
+            present = {key for key, _ in streams(reply)}
+            found = [s for s, k in zip(unknown, names, strict=True) if k in present]
+        self._known.update(found)
+        return sorted(self._known)
+
+    def seeded(self) -> Flow[bool]:
+        """Whether a projector (or a rebuild) ever seeded this prefix's projections."""
+        slots = yield from self.feed_slots()
+        replies = yield Each(tuple(Call(("EXISTS", self.keys(s).state)) for s in slots))
+        return any(_ok(r) for r in replies)
 
     def _threads_by_slot(self) -> Flow[dict[int, builtins.list[str]]]:
         by_slot: dict[int, builtins.list[str]] = {}
@@ -127,9 +153,9 @@ class Projections:
         return by_slot
 
     def seed(self, slots: Iterable[int] | None = None) -> Flow[int]:
-        """(Re)build the projections of ``slots`` (default: every slot) from the logs, and set
-        their cursors; returns the number of threads registered. Safe while graphs write and
-        projectors run: see lua/seed.lua."""
+        """(Re)build the projections of ``slots`` (default: every slot with a feed or a
+        thread) from the logs, and set their cursors; returns the number of threads
+        registered. Safe while graphs write and projectors run: see lua/seed.lua."""
         feeds = yield from self.feed_slots()
         replies = yield Each(
             tuple(
@@ -144,7 +170,7 @@ class Projections:
         # read the feeds' ends before listing the threads: a thread the listing misses is
         # newer than its feed's end, so the projector applies it
         by_slot = yield from self._threads_by_slot()
-        targets = list(range(SLOTS) if slots is None else slots)
+        targets = sorted({*feeds, *by_slot} if slots is None else slots)
         registered = 0
         for start in range(0, len(targets), _SEED_BATCH):
             chunk = targets[start : start + _SEED_BATCH]
@@ -210,7 +236,7 @@ class Projections:
         self, limit: int | None, after: ThreadInfo | None
     ) -> Flow[builtins.list[ThreadInfo]]:
         """A page of threads, newest activity first (ties by thread id), after ``after``."""
-        slots = yield from self.feed_slots()
+        slots = [] if self.scan_only else (yield from self.feed_slots())
         args = (
             self.prefix,
             limit or 0,
@@ -218,17 +244,29 @@ class Projections:
             "" if after is None else after.thread_id,
         )
         replies = yield Each(tuple(Eval("threads_page", self.keys(s)[:4], args) for s in slots))
-        infos: builtins.list[ThreadInfo] = []
-        for reply in map(_ok, replies):
-            if _text(reply[0]) != "ok":
-                infos = yield from self._scan_threads(after)
-                break
-            infos += (_info(_text(t), row) for t, row in zip(reply[1::2], reply[2::2], strict=True))
+        pages = _usable(replies)
+        if pages is None:
+            infos = yield from self._scan_threads(after)
         else:
-            if not slots:
-                infos = yield from self._scan_threads(after)
+            infos = [
+                _info(_text(t), row)
+                for page in pages
+                for t, row in zip(page[::2], page[1::2], strict=True)
+            ]
         infos.sort(key=_order)
         return infos if limit is None else infos[:limit]
+
+    def candidates(self, query: tuple[str | bytes, ...]) -> Flow[builtins.list[str] | None]:
+        """Sorted thread ids a cross-thread read must look at (see lua/candidates.lua), or
+        None when some slot's projections are unusable (or absent): then the caller scans."""
+        if self.scan_only:
+            return None
+        slots = yield from self.feed_slots()
+        replies = yield Each(tuple(Eval("candidates", self.keys(s), query) for s in slots))
+        found = _usable(replies)
+        if found is None:
+            return None
+        return sorted({_text(t) for page in found for t in page})
 
     def _scan_threads(self, after: ThreadInfo | None) -> Flow[builtins.list[ThreadInfo]]:
         """The fallback: every log, each row computed by the projector's own code."""

@@ -27,6 +27,7 @@ _ENTRIES: dict[str, tuple[str, ...]] = {
     "lag": ("common.lua", "registry.lua"),
     "thread_row": ("common.lua", "registry.lua"),
     "threads_page": ("common.lua", "registry.lua"),
+    "candidates": ("common.lua", "registry.lua"),
 }
 
 

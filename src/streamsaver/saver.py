@@ -285,6 +285,10 @@ class RedisStreamSaver(StreamSaverBase):
         ``rebuild --all`` does; returns the number of threads registered."""
         return self._run(self._projections.seed(slots))
 
+    def projector_seeded(self) -> bool:
+        """Whether a projector or ``rebuild --all`` ever seeded the projections."""
+        return self._run(self._projections.seeded())
+
     def project(self, slot: int, **options: Any) -> Applied:
         """Apply the next entries of one slot's feed (what ``python -m projector run`` does)."""
         return self._run(self._projections.apply(slot, **options))

@@ -1,6 +1,6 @@
 -- How far the projector is behind on one slot.
 -- KEYS: feed state   ARGV: [1] count no more than this many entries
--- Returns {usable (1, or 0: unseeded or trimmed past the cursor), cursor or '', entries
+-- Returns {usable (1, or 0: trimmed past the cursor, or never seeded on 6.2), cursor, entries
 -- after it (at most ARGV[1]), the oldest of them or ''}.
 local cursor = usable_cursor(KEYS[1], KEYS[2])
 if not cursor then

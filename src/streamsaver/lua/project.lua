@@ -6,14 +6,12 @@
 --           once applied (those after the new cursor stay pending)
 -- Returns {'ok', applied, cursor, more (1: entries remain up to ARGV[3]), unknown...}, each
 -- unknown "<feed id> <kind>" an entry of a kind this version does not know (its thread is
--- recomputed from its log), or {'unseeded'} / {'behind'}: the slot needs seed.lua.
+-- recomputed from its log), or {'behind'}: entries after the cursor were trimmed unapplied
+-- (or, on Redis 6.2, the slot was never seeded): the slot needs seed.lua.
 local feed, state = KEYS[1], KEYS[2]
 local prefix, count, stop, group = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
-local cursor = redis.call('HGET', state, 'cursor')
+local cursor = usable_cursor(feed, state)
 if not cursor then
-  return {'unseeded'}
-end
-if not usable_cursor(feed, state) then
   return {'behind'}
 end
 local batch = after_cursor(feed, cursor, stop, count)

@@ -36,17 +36,19 @@ local function id_lt(a, b)
   return am < bm or (am == bm and as < bs)
 end
 
--- The feed's entries after the cursor are all still there: no projector state, or a trim
--- past the cursor (Redis 7: max-deleted-entry-id; 6.2: the first entry is newer than a
--- cursor that is not the start), make the slot unusable: readers fall back to scanning.
+-- The slot's cursor, when the feed still holds every entry after it; nil otherwise (readers
+-- then scan). A slot never seeded starts at '0-0' when its feed was never trimmed (Redis 7
+-- reports max-deleted-entry-id); on 6.2, which does not, only a seed makes it usable, and a
+-- cursor older than the first entry means entries were trimmed unapplied.
 local function usable_cursor(feed, state)
   local cursor = redis.call('HGET', state, 'cursor')
-  if not cursor or redis.call('EXISTS', feed) == 0 then
-    return cursor
+  if redis.call('EXISTS', feed) == 0 then
+    return cursor or '0-0'
   end
   local info = redis.call('XINFO', 'STREAM', feed)
   for i = 1, #info, 2 do
     if info[i] == 'max-deleted-entry-id' then
+      cursor = cursor or '0-0'
       if id_lt(cursor, info[i + 1]) then
         return nil
       end
@@ -54,7 +56,7 @@ local function usable_cursor(feed, state)
     end
   end
   local first = redis.call('XRANGE', feed, '-', '+', 'COUNT', 1)[1]
-  if first and cursor ~= '0-0' and id_lt(cursor, first[1]) then
+  if not cursor or (first and cursor ~= '0-0' and id_lt(cursor, first[1])) then
     return nil
   end
   return cursor

@@ -4,7 +4,7 @@
 -- KEYS: feed state registry activity (registry.lua)
 -- ARGV: [1] key prefix  [2] rows wanted (0: all)  [3] after this activity ms, or ''
 --       [4] and this thread id (with [3])
--- Returns {'fallback'} when the slot's projections cannot be used, else {'ok', thread, row,
+-- Returns {'fallback'} when the slot's projections cannot be used, else {'ok' or 'fresh', thread, row,
 -- ...}: every pending thread's row after the position, and up to ARGV[2] others.
 local prefix, want = ARGV[1], tonumber(ARGV[2])
 local after_ms, after_t = tonumber(ARGV[3]), ARGV[4]
@@ -15,7 +15,8 @@ end
 local function beyond(ms, t)
   return after_ms == nil or ms < after_ms or (ms == after_ms and bytes_lt(after_t, t))
 end
-local out = {'ok'}
+-- 'fresh': never seeded; when no slot was, no projector ever ran, and readers scan
+local out = {redis.call('EXISTS', KEYS[2]) == 1 and 'ok' or 'fresh'}
 local pending, is_pending = named(after_cursor(KEYS[1], cursor, '+', nil))
 for _, t in ipairs(pending) do
   local base = thread_base(prefix, t)
