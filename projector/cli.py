@@ -124,5 +124,9 @@ def _run(saver: RedisStreamSaver, args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     totals = projector.run()
-    print(f"applied {totals.applied} entries in {totals.batches} batches", flush=True)
+    print(
+        f"applied {totals.applied} entries in {totals.batches} batches; "
+        f"{totals.reseeded} slots seeded again",
+        flush=True,
+    )
     return 0

@@ -161,3 +161,23 @@ def test_durability_waits_on_the_node_that_took_the_write(cluster: EmbeddedClust
             _put(saver, thread_id, run_id="r")
         assert saver.get_tuple(_config(thread_id)) is not None
     client.close()
+
+
+def test_projector_on_the_cluster_reads_like_the_scan(saver: RedisStreamSaver) -> None:
+    from tests.test_projector import wait_caught_up
+    from tests.test_rebuild_invariant import apply_all, cross_thread_reads, scanning
+
+    threads = _threads_on_every_primary(saver)
+    for n, thread_id in enumerate(threads):
+        first = _put(saver, thread_id, run_id="shared-run")
+        _put(saver, thread_id, run_id=f"own-{n}", parent=first["configurable"]["checkpoint_id"])
+    assert saver.seed_projections() == len(threads)
+    _put(saver, "late", run_id="shared-run")  # in the feed, not applied yet
+    assert saver.projector_lag().pending == 2
+    assert cross_thread_reads(saver) == cross_thread_reads(scanning(saver))
+    assert saver.threads(limit=1)[0].thread_id == "late"
+    apply_all(saver)
+    wait_caught_up(saver)
+    saver.delete_for_runs(["shared-run"])
+    assert cross_thread_reads(saver) == cross_thread_reads(scanning(saver))
+    assert list(saver.list(None, filter={"run_id": "shared-run"})) == []

@@ -3,8 +3,7 @@
 -- Returns {usable (1, or 0: trimmed past the cursor, or never seeded on 6.2), cursor, entries
 -- after it (at most ARGV[1]), the oldest of them or ''}.
 local cursor = usable_cursor(KEYS[1], KEYS[2])
-if not cursor then
-  return {0, redis.call('HGET', KEYS[2], 'cursor') or '', 0, ''}
-end
+local usable = cursor and 1 or 0
+cursor = cursor or redis.call('HGET', KEYS[2], 'cursor') or '0-0'
 local pending = after_cursor(KEYS[1], cursor, '+', tonumber(ARGV[1]))
-return {1, cursor, #pending, pending[1] and pending[1][1] or ''}
+return {usable, cursor, #pending, pending[1] and pending[1][1] or ''}
