@@ -99,11 +99,17 @@ async def test_async_graphs_match_inmemory_on_cluster(cluster: EmbeddedCluster) 
         assert_same(await graphs.astreamed_review(asaver), reference)
 
 
-def test_cross_shard_list_delete_for_runs_and_copy(saver: RedisStreamSaver) -> None:
+def _two_runs_per_thread(saver: RedisStreamSaver) -> list[str]:
+    """Threads on every primary, each with a checkpoint of run shared-run and one of its own."""
     threads = _threads_on_every_primary(saver)
     for n, thread_id in enumerate(threads):
         first = _put(saver, thread_id, run_id="shared-run")
         _put(saver, thread_id, run_id=f"own-{n}", parent=first["configurable"]["checkpoint_id"])
+    return threads
+
+
+def test_cross_shard_list_delete_for_runs_and_copy(saver: RedisStreamSaver) -> None:
+    threads = _two_runs_per_thread(saver)
     assert saver.thread_ids() == sorted(threads)
     listed = list(saver.list(None))
     assert len(listed) == 2 * len(threads)
@@ -167,10 +173,7 @@ def test_projector_on_the_cluster_reads_like_the_scan(saver: RedisStreamSaver) -
     from tests.test_projector import wait_caught_up
     from tests.test_rebuild_invariant import apply_all, cross_thread_reads, scanning
 
-    threads = _threads_on_every_primary(saver)
-    for n, thread_id in enumerate(threads):
-        first = _put(saver, thread_id, run_id="shared-run")
-        _put(saver, thread_id, run_id=f"own-{n}", parent=first["configurable"]["checkpoint_id"])
+    threads = _two_runs_per_thread(saver)
     assert saver.seed_projections() == len(threads)
     _put(saver, "late", run_id="shared-run")  # in the feed, not applied yet
     assert saver.projector_lag().pending == 2

@@ -455,9 +455,23 @@ class Operations:
                 yield Eval("compact", self.appending(keys), (self.feed_maxlen,), write=True)
 
     def rebuild(self, thread_id: str) -> Flow[Replay]:
-        keys = self.keys(thread_id_str(thread_id, "thread_id"))
-        applied, skipped, *problems = yield Eval("replay", keys, ())
-        return Replay(int(applied), int(skipped), [p.decode(errors="replace") for p in problems])
+        (replay,) = yield from self.rebuild_many([thread_id])
+        return replay
+
+    def rebuild_many(self, thread_ids: Sequence[str]) -> Flow[builtins.list[Replay]]:
+        """Rebuild several threads, their scripts pipelined (one round trip per node): each
+        thread is still one atomic script."""
+        keys = [self.keys(thread_id_str(t, "thread_id")) for t in thread_ids]
+        replies = yield Each(tuple(Eval("replay", k, ()) for k in keys))
+        out = []
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+            applied, skipped, *problems = reply
+            out.append(
+                Replay(int(applied), int(skipped), [p.decode(errors="replace") for p in problems])
+            )
+        return out
 
     def verify(self, thread_id: str) -> Flow[tuple[int, int, builtins.list[str]]]:
         """Replay into scratch keys and diff with the live indexes: (applied, skipped, diffs)."""

@@ -21,9 +21,9 @@ _ENTRIES: dict[str, tuple[str, ...]] = {
     "verify": _WRITE,
     "import": _WRITE,
     "compact": (*_WRITE, "read.lua"),
-    # the projector's (registry.lua): writers include the projection, whose check() they use
-    "project": (*_WRITE, "registry.lua"),
-    "seed": (*_WRITE, "registry.lua"),
+    # the projector's (registry.lua)
+    "project": ("common.lua", "registry.lua"),
+    "seed": ("common.lua", "registry.lua"),
     "lag": ("common.lua", "registry.lua"),
     "thread_row": ("common.lua", "registry.lua"),
     "threads_page": ("common.lua", "registry.lua"),

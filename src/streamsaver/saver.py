@@ -258,6 +258,10 @@ class RedisStreamSaver(StreamSaverBase):
         (unknown kind, newer schema, malformed) and why."""
         return self._run(self._ops.rebuild(thread_id))
 
+    def rebuild_many(self, thread_ids: Sequence[str]) -> builtins.list[Replay]:
+        """``rebuild`` for several threads, pipelined: one round trip per node."""
+        return self._run(self._ops.rebuild_many(thread_ids))
+
     def verify(self, thread_id: str) -> tuple[int, int, builtins.list[str]]:
         """Replay the thread's log into scratch keys and compare with its live indexes, in one
         atomic script: (applied, skipped, differences); no differences means consistent."""

@@ -16,7 +16,7 @@ if not cursor then
 end
 local batch = after_cursor(feed, cursor, stop, count)
 local known = {checkpoint = true, writes = true, delete = true}
-local order, whole, unknown = {}, {}, {}
+local order, whole, unknown, acc = {}, {}, {}, {}
 for _, e in ipairs(batch) do
   local p = fields_of(e[2])
   local t = p.t
@@ -36,10 +36,12 @@ for _, e in ipairs(batch) do
     if f == nil or f.origin ~= nil then
       whole[t] = true
     elseif not whole[t] then
-      index_event(KEYS[5], KEYS[6], t, f)
+      index_event(acc, KEYS, t, f)
     end
   end
 end
+-- before any recompute(), which drops a thread's members and adds its log's again
+add_members(acc)
 for _, t in ipairs(order) do
   if whole[t] then
     recompute(KEYS, prefix, t)

@@ -136,26 +136,59 @@ local function value_form(v)
   if kind == 'string' then
     return 's' .. v
   elseif kind == 'number' then
-    -- -0 == 0 for list.lua, but not once printed
-    return v == 0 and 'n0' or 'n' .. string.format('%.17g', v)
+    -- -0 == 0 for list.lua, but not once printed; integers print exactly as they are
+    if v == 0 then
+      return 'n0'
+    elseif v == math.floor(v) and v > -1e15 and v < 1e15 then
+      return 'n' .. string.format('%d', v)
+    end
+    return 'n' .. string.format('%.17g', v)
   elseif kind == 'boolean' then
     return v and 'b1' or 'b0'
   end
   return '*'
 end
 
-local function index_event(runs, meta, t, f)
-  if f.k ~= 'checkpoint' or not check(f) then
+-- What a checkpoint event adds to runs and meta, collected as sets ({[key] = {[member] = true}})
+-- and written once per batch by add_members().
+local function index_event(acc, keys, t, f)
+  if f.k ~= 'checkpoint' then
+    return
+  end
+  -- no full check(): an event replay would skip only adds a candidate that reads find empty
+  local ok, decoded = pcall(cmsgpack.unpack, f.meta or '')
+  if not ok or type(decoded) ~= 'table' then
     return
   end
   local lt = lp(t)
+  local runs, meta = acc[keys[5]] or {}, acc[keys[6]] or {}
+  acc[keys[5]], acc[keys[6]] = runs, meta
   if f.run ~= nil and f.run ~= '' then
-    redis.call('ZADD', runs, 0, 'f' .. lp(f.run) .. t, 0, 'r' .. lt .. lp(f.run))
+    runs['f' .. lp(f.run) .. t] = true
+    runs['r' .. lt .. lp(f.run)] = true
   end
-  for k, v in pairs(cmsgpack.unpack(f.meta)) do
+  for k, v in pairs(decoded) do
     if type(k) == 'string' then
       local kv = lp(k) .. lp(value_form(v))
-      redis.call('ZADD', meta, 0, 'f' .. kv .. t, 0, 'r' .. lt .. kv)
+      meta['f' .. kv .. t] = true
+      meta['r' .. lt .. kv] = true
+    end
+  end
+end
+
+local function add_members(acc)
+  for key, members in pairs(acc) do
+    local args = {}
+    for m in pairs(members) do
+      args[#args + 1] = 0
+      args[#args + 1] = m
+      if #args >= 1000 then
+        redis.call('ZADD', key, unpack(args))
+        args = {}
+      end
+    end
+    if #args > 0 then
+      redis.call('ZADD', key, unpack(args))
     end
   end
 end
@@ -180,14 +213,15 @@ local function recompute(keys, prefix, t)
   if row == nil then
     return
   end
-  local start = '-'
+  local start, acc = '-', {}
   while true do
     local batch = redis.call('XRANGE', log, start, '+', 'COUNT', 1000)
     if #batch == 0 then
+      add_members(acc)
       return
     end
     for _, e in ipairs(batch) do
-      index_event(keys[5], keys[6], t, fields_of(e[2]))
+      index_event(acc, keys, t, fields_of(e[2]))
     end
     start = '(' .. batch[#batch][1]
   end
