@@ -141,10 +141,19 @@ def test_two_replicas_share_the_work(
     prefix: str,
     projector_proc: list[subprocess.Popen[str]],
 ) -> None:
-    work(sync_saver, "seed", 1, "r")
+    # the threads' feeds exist before the members join: both block on them, and Redis hands
+    # each new entry to the member that has waited longest (a feed found later goes to
+    # whichever member probes first)
+    for i in range(60):
+        work(sync_saver, f"t{i}", 1, "r")
     a = start_projector(redis_url, prefix, "--batch", "3", "--consumer", "a")
     b = start_projector(redis_url, prefix, "--batch", "3", "--consumer", "b")
     projector_proc += [a, b]
+    for proc in (a, b):  # both have joined the group before any work arrives
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            if "joined group" in line:
+                break
     wait_caught_up(sync_saver)
     for i in range(60):
         work(sync_saver, f"t{i}", 3, "r")
