@@ -52,6 +52,13 @@ def _commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     cmd.add_argument(
         "--log-every", type=float, default=30.0, metavar="SECONDS", help="log the lag this often"
     )
+    cmd.add_argument(
+        "--sweep-every",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="this often, forget threads whose log is gone (deleted or expired)",
+    )
     cmd.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING...")
     cmd = sub.add_parser(
         "status",
@@ -116,6 +123,7 @@ def _run(saver: RedisStreamSaver, args: argparse.Namespace) -> int:
         batch=args.batch,
         min_idle_ms=args.min_idle_ms,
         log_every_s=args.log_every,
+        sweep_every_s=args.sweep_every,
     )
 
     def stop(signum: int, frame: FrameType | None) -> None:

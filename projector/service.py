@@ -51,6 +51,7 @@ class Projector:
         min_idle_ms: int = 30_000,
         catch_up_s: float = 5.0,
         log_every_s: float = 30.0,
+        sweep_every_s: float = 300.0,
     ) -> None:
         self.saver = saver
         self.group = group
@@ -59,6 +60,7 @@ class Projector:
         self.min_idle_ms = min_idle_ms
         self.catch_up_s = catch_up_s
         self.log_every_s = log_every_s
+        self.sweep_every_s = sweep_every_s
         self.totals = Totals()
         self._stopped = threading.Event()
         self._members: ConsumerGroup | None = None
@@ -122,6 +124,7 @@ class Projector:
     def _apply_loop(self) -> None:
         next_catch_up = time.monotonic() + self.catch_up_s
         next_log = time.monotonic() + self.log_every_s
+        next_sweep = time.monotonic() + self.sweep_every_s
         while not self._stopped.is_set() or not self._work.empty():
             try:
                 first = self._work.get(timeout=0.2)
@@ -147,6 +150,12 @@ class Projector:
             if now >= next_log:
                 next_log = now + self.log_every_s
                 self.log_lag()
+            if now >= next_sweep:
+                next_sweep = now + self.sweep_every_s
+                # delete_thread and expiry leave no feed entry: look for vanished threads
+                forgotten = self.saver.sweep_projections()
+                if forgotten:
+                    log.info("forgot %d threads whose log is gone", forgotten)
 
     def log_lag(self) -> None:
         lag = self.saver.projector_lag()

@@ -15,6 +15,7 @@ import pytest
 import redis
 
 from streamsaver import RedisStreamSaver
+from streamsaver._keys import thread_keys
 from streamsaver._projection import slot_keys
 
 from .test_cli import ROOT
@@ -215,3 +216,26 @@ async def test_async_saver_reads_the_registry_like_the_sync_one(
     assert await async_saver.athreads(limit=10, after=page[-1]) == sync_saver.threads()[2:]
     assert (await async_saver.aprojector_lag()).pending == 2
     assert await async_saver.athread_ids() == sorted(["late", "t0", "t1", "t2", "t3"])
+
+
+def test_threads_that_vanish_are_left_out_then_forgotten(
+    sync_saver: RedisStreamSaver, redis_client: redis.Redis, prefix: str
+) -> None:
+    for n in range(5):
+        work(sync_saver, f"t{n}", 2, "r")
+    sync_saver.seed_projections()
+    sync_saver.delete_thread("t1")  # leaves no feed entry
+    redis_client.pexpire(thread_keys(prefix, "t2").log, 1)  # expiry, as retention does
+    while redis_client.exists(thread_keys(prefix, "t2").log):
+        time.sleep(0.01)
+    remaining = ["t0", "t3", "t4"]
+    assert sorted(i.thread_id for i in sync_saver.threads()) == remaining
+    assert sorted(i.thread_id for i in sync_saver.threads(limit=2)) == ["t3", "t4"]
+    stale = projections(redis_client, prefix)
+    assert sync_saver.sweep_projections() == 2
+    assert sync_saver.sweep_projections() == 0
+    swept = projections(redis_client, prefix)
+    assert swept != stale
+    sync_saver.seed_projections()
+    assert projections(redis_client, prefix) == swept
+    assert sorted(i.thread_id for i in sync_saver.threads()) == remaining

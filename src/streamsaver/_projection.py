@@ -212,6 +212,14 @@ class Projections:
             tuple(_text(u) for u in reply[4:]),
         )
 
+    def sweep(self) -> Flow[int]:
+        """Forget threads whose log is gone (deleted, expired); returns how many."""
+        slots = yield from self.feed_slots()
+        replies = yield Each(
+            tuple(Eval("sweep", self.keys(s), (self.prefix,), write=True) for s in slots)
+        )
+        return sum(int(_ok(r)) for r in replies)
+
     def lag(self) -> Flow[ProjectorLag]:
         slots = yield from self.feed_slots()
         now = yield Call(("TIME",))

@@ -24,6 +24,7 @@ _ENTRIES: dict[str, tuple[str, ...]] = {
     # the projector's (registry.lua)
     "project": ("common.lua", "registry.lua"),
     "seed": ("common.lua", "registry.lua"),
+    "sweep": ("common.lua", "registry.lua"),
     "lag": ("common.lua", "registry.lua"),
     "thread_row": ("common.lua", "registry.lua"),
     "threads_page": ("common.lua", "registry.lua"),

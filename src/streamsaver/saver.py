@@ -289,6 +289,11 @@ class RedisStreamSaver(StreamSaverBase):
         ``rebuild --all`` does; returns the number of threads registered."""
         return self._run(self._projections.seed(slots))
 
+    def sweep_projections(self) -> int:
+        """Forget registry rows and index entries of threads whose log is gone (deleted or
+        expired; readers already leave them out); returns how many threads."""
+        return self._run(self._projections.sweep())
+
     def projector_seeded(self) -> bool:
         """Whether a projector or ``rebuild --all`` ever seeded the projections."""
         return self._run(self._projections.seeded())
