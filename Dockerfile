@@ -5,6 +5,8 @@ WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY src ./src
 COPY projector ./projector
-RUN pip install --no-cache-dir '.[hiredis]'
+COPY examples ./examples
+# langgraph for the example agent (examples/agent.py)
+RUN pip install --no-cache-dir '.[hiredis]' 'langgraph>=1.0'
 
 CMD ["python", "-m", "projector", "--help"]

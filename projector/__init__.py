@@ -1,1 +1,2 @@
-"""The streamsaver projector: rebuilds and verifies indexes by replaying the streams."""
+"""The streamsaver projector: keeps the cross-thread projections (thread registry, run and
+metadata indexes) current, and rebuilds and verifies every index by replay."""

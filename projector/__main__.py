@@ -1,9 +1,7 @@
-"""``python -m projector rebuild|verify``: replay event logs into indexes, or check them."""
+"""``python -m projector run|status|rebuild|verify`` (see projector/cli.py)."""
 
 from __future__ import annotations
 
-import sys
+from .cli import main
 
-from streamsaver.cli import main
-
-raise SystemExit(main(sys.argv[1:], prog="python -m projector", demo=False))
+raise SystemExit(main())

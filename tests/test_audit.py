@@ -96,7 +96,7 @@ def test_export_of_real_graphs_decodes_to_what_the_graphs_produced(
     graphs.subgraph(saver)
     graphs.hitl(saver)
     graphs.send_fanout(saver)
-    threads = saver.threads()
+    threads = saver.thread_ids()
     lines = _export(saver, threads)
     records = [json.loads(line) for line in lines]
     assert records[0]["format"] == "streamsaver.audit" and records[0]["version"] == 1

@@ -10,10 +10,12 @@ from typing import Any
 
 import redis
 import yaml
+from examples import agent
+from projector.cli import build_parser as projector_parser
 
 from streamsaver import RedisStreamSaver
 from streamsaver._keys import thread_keys
-from streamsaver.cli import build_parser
+from streamsaver.events import ThreadInfo
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -24,9 +26,8 @@ def _cli(
     env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
     if url:
         env["REDIS_URL"] = url
-    return subprocess.run(
-        [sys.executable, "-m", module, *args], capture_output=True, text=True, env=env, timeout=60
-    )
+    command = [sys.executable, "-m", module, *args] if module else [sys.executable, "-m", *args]
+    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=60, cwd=ROOT)
 
 
 def _fill(saver: RedisStreamSaver, threads: list[str]) -> None:
@@ -73,9 +74,16 @@ def test_threads_lists_every_thread_of_the_prefix_only(
     sync_saver: RedisStreamSaver, redis_url: str
 ) -> None:
     _fill(sync_saver, ["x", "y:z", ""])
-    out = _cli("threads", "--url", redis_url, "--prefix", sync_saver.prefix)
+    out = _cli("threads", "--url", redis_url, "--prefix", sync_saver.prefix, "--json")
     assert out.returncode == 0, out.stderr
-    assert out.stdout.splitlines() == sorted(["x", "y:z", ""])
+    infos = [ThreadInfo.model_validate_json(line) for line in out.stdout.splitlines()]
+    # newest activity first, each with its latest checkpoint (no projector runs: a scan)
+    assert [i.thread_id for i in infos] == ["", "y:z", "x"]
+    assert infos == sync_saver.threads()
+    assert {(i.checkpoint_id, i.step, i.interrupted) for i in infos} == {("00002", 2, False)}
+    text = _cli("threads", "--url", redis_url, "--prefix", sync_saver.prefix, "--limit", "2")
+    lines = text.stdout.splitlines()
+    assert len(lines) == 2 and lines[0].endswith(" step=2 - '' 00002")
 
 
 def test_commands_without_a_server_say_how_to_give_one() -> None:
@@ -108,15 +116,39 @@ def test_docker_compose_agrees_with_the_code() -> None:
     assert redis_cmd[redis_cmd.index("--appendonly") + 1] == "yes"
     assert "redis-data" in compose["volumes"]
 
-    projector = services["projector"]
-    command = projector["command"]
+    for name in ("projector", "agent"):
+        service = services[name]
+        # the URL comes from the environment, and must name the compose redis service
+        assert service["environment"]["REDIS_URL"].startswith("redis://redis:")
+        assert service["depends_on"]["redis"]["condition"] == "service_healthy"
+        assert service["build"] == "."
+    command = services["projector"]["command"]
     assert command[:3] == ["python", "-m", "projector"]
-    args = build_parser("python -m projector", demo=False).parse_args(command[3:])
-    assert args.command in {"rebuild", "verify"}
-    # the URL comes from the environment, and must name the compose redis service
-    assert args.url is None and projector["environment"]["REDIS_URL"].startswith("redis://redis:")
-    assert projector["depends_on"]["redis"]["condition"] == "service_healthy"
+    args = projector_parser().parse_args(command[3:])
+    assert args.command == "run" and args.url is None and args.prefix == "streamsaver"
+    command = services["agent"]["command"]
+    assert command[:3] == ["python", "-m", "examples.agent"]
+    agent_args = agent.build_parser().parse_args(command[3:])
+    assert agent_args.url is None and agent_args.prefix == args.prefix
     assert services["redis-stack"]["profiles"] == ["peers"]
     assert services["redis-stack"]["image"].startswith("redis/redis-stack-server:")
     dockerfile = (ROOT / "Dockerfile").read_text()
     assert "COPY projector ./projector" in dockerfile and "COPY src ./src" in dockerfile
+    assert "COPY examples ./examples" in dockerfile and "langgraph" in dockerfile
+
+
+def test_the_example_agent_writes_threads_a_projector_reads(
+    sync_saver: RedisStreamSaver, redis_url: str
+) -> None:
+    out = _cli(
+        "examples.agent", "--prefix", sync_saver.prefix, "--threads", "3", "--rounds", "4",
+        "--interval", "0", module="", url=redis_url,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[-1] == "round 4: 3 threads took a turn"
+    infos = sync_saver.threads()
+    assert sorted(i.thread_id for i in infos) == ["agent-0", "agent-1", "agent-2"]
+    # turn 3 stopped at interrupt(); round 4 approved it: no thread waits now
+    assert not any(i.interrupted for i in infos)
+    history = list(sync_saver.list({"configurable": {"thread_id": "agent-1"}}, limit=1))
+    assert history[0].checkpoint["channel_values"]["messages"][-1] == "human: approved"

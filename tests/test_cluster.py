@@ -99,12 +99,18 @@ async def test_async_graphs_match_inmemory_on_cluster(cluster: EmbeddedCluster) 
         assert_same(await graphs.astreamed_review(asaver), reference)
 
 
-def test_cross_shard_list_delete_for_runs_and_copy(saver: RedisStreamSaver) -> None:
+def _two_runs_per_thread(saver: RedisStreamSaver) -> list[str]:
+    """Threads on every primary, each with a checkpoint of run shared-run and one of its own."""
     threads = _threads_on_every_primary(saver)
     for n, thread_id in enumerate(threads):
         first = _put(saver, thread_id, run_id="shared-run")
         _put(saver, thread_id, run_id=f"own-{n}", parent=first["configurable"]["checkpoint_id"])
-    assert saver.threads() == sorted(threads)
+    return threads
+
+
+def test_cross_shard_list_delete_for_runs_and_copy(saver: RedisStreamSaver) -> None:
+    threads = _two_runs_per_thread(saver)
+    assert saver.thread_ids() == sorted(threads)
     listed = list(saver.list(None))
     assert len(listed) == 2 * len(threads)
     assert {t.config["configurable"]["thread_id"] for t in listed} == set(threads)
@@ -126,7 +132,7 @@ def test_cross_shard_list_delete_for_runs_and_copy(saver: RedisStreamSaver) -> N
         assert saver.verify_chain(thread_id).ok
     heads = {t: saver.verify_chain(t) for t in threads[:6]}
     saver.prune(threads[:6], strategy="delete")
-    assert saver.threads() == sorted([*threads[6:], "copy:elsewhere"])
+    assert saver.thread_ids() == sorted([*threads[6:], "copy:elsewhere"])
     # each deletion is recorded in the audit stream of the thread's own slot
     for thread_id, check in heads.items():
         [record] = saver.deletions(thread_id)
@@ -191,3 +197,20 @@ def test_keep_last_ttl_and_delete_for_runs_on_every_primary(cluster: EmbeddedClu
         short.put_writes(_config(thread_id, checkpoint_id="last"), [("x", 1)], "late")
     wait_for(lambda: not thread_key_names(client, prefix))
     client.close()
+
+
+def test_projector_on_the_cluster_reads_like_the_scan(saver: RedisStreamSaver) -> None:
+    from tests.test_projector import wait_caught_up
+    from tests.test_rebuild_invariant import apply_all, cross_thread_reads, scanning
+
+    threads = _two_runs_per_thread(saver)
+    assert saver.seed_projections() == len(threads)
+    _put(saver, "late", run_id="shared-run")  # in the feed, not applied yet
+    assert saver.projector_lag().pending == 2
+    assert cross_thread_reads(saver) == cross_thread_reads(scanning(saver))
+    assert saver.threads(limit=1)[0].thread_id == "late"
+    apply_all(saver)
+    wait_caught_up(saver)
+    saver.delete_for_runs(["shared-run"])
+    assert cross_thread_reads(saver) == cross_thread_reads(scanning(saver))
+    assert list(saver.list(None, filter={"run_id": "shared-run"})) == []

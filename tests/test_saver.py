@@ -94,7 +94,7 @@ def test_hostile_ids_never_collide_or_leak(
             assert got.pending_writes == writes
             listed = list(saver.list(generate_config(thread_id, checkpoint_ns=ns)))
             assert [t.checkpoint["id"] for t in listed] == ids_put[(thread_id, ns)][::-1]
-        assert set(saver.threads()) == {t for t, _, _ in ids}
+        assert set(saver.thread_ids()) == {t for t, _, _ in ids}
     finally:
         for key in module_client.scan_iter(match=f"{prefix}:*"):
             module_client.unlink(key)

@@ -90,6 +90,16 @@ def test_sync_saver_over_tls_and_the_user_cannot_leave_its_prefix(tls: TlsServer
         stored = saver.put(config, cp, generate_metadata(), {"a": 1})
         got = saver.get_tuple(stored)
         assert got is not None and got.checkpoint["channel_values"] == {"a": 1}
+        # the projector's scripts and the readers of its keys need no more than the rules
+        assert saver.seed_projections() == 1
+        saver.put_writes(stored, [("a", 2)], "task")
+        assert [i.thread_id for i in saver.threads()] == ["t"]
+        assert len(list(saver.list(None, filter={"source": "loop", "step": 0}))) == 1
+        assert saver.projector_lag().pending == 1
+        for slot in saver.projector_lag().slots:
+            assert saver.project(slot.slot).status == "ok"
+        saver.delete_for_runs(["no-such-run"])
+        assert saver.sweep_projections() == 0
     with RedisStreamSaver.from_conn_string(url, prefix="other") as outside:
         with pytest.raises(redis.exceptions.NoPermissionError):
             outside.put(config, cp, generate_metadata(), {"a": 1})
@@ -118,14 +128,19 @@ def test_savers_with_other_prefixes_cannot_see_or_touch_each_other(
     before = a.get_tuple(config)
     try:
         assert b.get_tuple(config) is None
-        assert list(b.list(None)) == [] and b.threads() == []
+        assert list(b.list(None)) == [] and b.thread_ids() == []
         b.delete_thread(thread_id)
         b.delete_for_runs(["run"])
         b.prune([thread_id], strategy="delete")
         b.copy_thread(thread_id, "stolen")
         assert list(b.list(None)) == []
         assert a.get_tuple(config) == before
-        assert a.threads() == [thread_id]
+        assert a.thread_ids() == [thread_id]
+        # the same through the projector's keys
+        a.seed_projections()
+        b.seed_projections()
+        assert b.threads() == [] and list(b.list(None)) == []
+        assert [i.thread_id for i in a.threads()] == [thread_id]
     finally:
         for key in redis_client.scan_iter(match=f"{a.prefix}*"):
             redis_client.unlink(key)

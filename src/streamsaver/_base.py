@@ -15,7 +15,8 @@ from ._delta import DeltaCache
 from ._durability import Durability, DurabilityMode
 from ._errors import InvalidInputError
 from ._keys import validate_prefix
-from ._ops import Operations
+from ._ops import Call, Eval, Operations
+from ._projection import Projections
 
 __all__ = [
     "DEFAULT_DELTA_CACHE_BYTES",
@@ -101,6 +102,7 @@ class StreamSaverBase(BaseCheckpointSaver[str]):
                 f"before, docs/audit.md) or False"
             )
         self.chain = chain
+        self._projections = Projections(self.prefix)
         self._ops = self._operations()
 
     def _operations(self) -> Operations:
@@ -111,6 +113,7 @@ class StreamSaverBase(BaseCheckpointSaver[str]):
         ops.ttl_ms = math.ceil(self.ttl_seconds * 1000) if self.ttl_seconds else 0
         ops.keep_last = self.keep_last or 0
         ops.chain = self.chain
+        ops.projections = self._projections
         return ops
 
     def with_allowlist(self, extra_allowlist: Collection[tuple[str, ...]]) -> StreamSaverBase:
@@ -144,3 +147,16 @@ class StreamSaverBase(BaseCheckpointSaver[str]):
         else:
             counter = int(str(current).split(".", 1)[0])
         return f"{counter + 1:010d}.{random.getrandbits(32):08x}"
+
+
+def pipelined(scripts: dict[str, Any], op: Eval | Call) -> tuple[Any, ...]:
+    """The command that runs ``op`` in a pipeline (a script by its sha)."""
+    if isinstance(op, Eval):
+        return ("EVALSHA", scripts[op.script].sha, len(op.keys), *op.keys, *op.args)
+    return op.args
+
+
+def page_limit(limit: object) -> int | None:
+    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
+        raise InvalidInputError(f"limit={limit!r}: give an int >= 1, or None for every thread")
+    return limit

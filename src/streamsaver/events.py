@@ -10,7 +10,7 @@ where a ``tail_all`` stopped; ``Delivery`` is one event handed to a consumer-gro
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any, Literal
 
 from langchain_core.runnables import RunnableConfig
@@ -23,10 +23,13 @@ __all__ = [
     "SCHEMA_VERSION",
     "Delivery",
     "FeedCursor",
+    "ProjectorLag",
     "Pruned",
     "SkippedEvent",
+    "SlotLag",
     "ThreadDeletion",
     "ThreadEvent",
+    "ThreadInfo",
     "Undecoded",
 ]
 
@@ -188,3 +191,59 @@ class Delivery(BaseModel):
     stream: str = Field(description="the feed the group read it from")
     entry_id: str = Field(description="the feed entry to acknowledge")
     deliveries: int = Field(description="how many times the group has delivered it, this included")
+
+
+class ThreadInfo(BaseModel):
+    """One thread of ``saver.threads()``: its latest root-namespace checkpoint and activity."""
+
+    model_config = ConfigDict(frozen=True)
+
+    thread_id: str
+    checkpoint_id: str | None = Field(
+        default=None, description="the latest checkpoint of the root namespace, if any"
+    )
+    step: int | None = Field(default=None, description="that checkpoint's metadata step")
+    last_activity_ms: int = Field(description="when its last event was appended, unix ms")
+    interrupted: bool = Field(
+        default=False, description="that checkpoint has pending __interrupt__ writes"
+    )
+
+    @property
+    def last_activity(self) -> datetime:
+        return datetime.fromtimestamp(self.last_activity_ms / 1000, tz=timezone.utc)
+
+
+class SlotLag(BaseModel):
+    """The projector's position on one cluster slot's feed."""
+
+    model_config = ConfigDict(frozen=True)
+
+    slot: int
+    usable: bool = Field(description="seeded, and the feed holds every entry after the cursor")
+    cursor: str = Field(description="the last feed entry applied ('' before the first seed)")
+    pending: int = Field(description="feed entries after the cursor (counted up to a cap)")
+    oldest_ms: int | None = Field(default=None, description="the oldest pending entry, unix ms")
+
+
+class ProjectorLag(BaseModel):
+    """How far the projector is behind the writers: ``saver.projector_lag()``."""
+
+    model_config = ConfigDict(frozen=True)
+
+    slots: tuple[SlotLag, ...] = ()
+    now_ms: int = Field(description="the server's time when measured, unix ms")
+
+    @property
+    def pending(self) -> int:
+        return sum(s.pending for s in self.slots)
+
+    @property
+    def oldest_age_s(self) -> float:
+        """Age of the oldest entry not yet applied, in seconds (0 when none)."""
+        oldest = [s.oldest_ms for s in self.slots if s.oldest_ms is not None]
+        return max(0.0, (self.now_ms - min(oldest)) / 1000) if oldest else 0.0
+
+    @property
+    def usable(self) -> bool:
+        """Readers use the projections (else they scan): every slot is usable."""
+        return bool(self.slots) and all(s.usable for s in self.slots)

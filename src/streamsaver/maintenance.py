@@ -13,6 +13,8 @@ from .saver import RedisStreamSaver
 __all__ = ["Report", "progress_bar", "rebuild_threads", "verify_threads"]
 
 Progress = Callable[[int, int], None]
+# threads whose replay scripts share a round trip
+REBUILD_BATCH = 64
 
 
 @dataclass
@@ -53,16 +55,24 @@ def _each(
 
 
 def rebuild_threads(
-    saver: RedisStreamSaver, thread_ids: Sequence[str], progress: Progress | None = None
+    saver: RedisStreamSaver,
+    thread_ids: Sequence[str],
+    progress: Progress | None = None,
+    batch: int = REBUILD_BATCH,
 ) -> Report:
-    def rebuild(thread_id: str, report: Report) -> None:
-        replay = saver.rebuild(thread_id)
-        report.applied += replay.applied
-        report.skipped += replay.skipped
-        if replay.problems:
-            report.problems[thread_id] = replay.problems
-
-    return _each(thread_ids, rebuild, progress)
+    """Rebuild each thread, ``batch`` threads' scripts per round trip."""
+    report = Report()
+    for start in range(0, len(thread_ids), batch):
+        chunk = thread_ids[start : start + batch]
+        for thread_id, replay in zip(chunk, saver.rebuild_many(chunk), strict=True):
+            report.applied += replay.applied
+            report.skipped += replay.skipped
+            if replay.problems:
+                report.problems[thread_id] = replay.problems
+        report.threads += len(chunk)
+        if progress:
+            progress(report.threads, len(thread_ids))
+    return report
 
 
 def verify_threads(

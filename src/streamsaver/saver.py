@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TextIO
 
@@ -29,11 +29,14 @@ from ._base import (
     DEFAULT_PREFIX,
     StreamSaverBase,
     check_client,
+    page_limit,
+    pipelined,
 )
 from ._chain import ChainCheck
 from ._durability import DurabilityMode
 from ._errors import InvalidInputError, translate, unavailable
-from ._ops import Call, Eval, Flow, Op, Replay, ScanLogs, T, drive, iterate
+from ._ops import Call, Each, Eval, Flow, Op, Replay, ScanLogs, T, drive, iterate
+from ._projection import Applied
 from ._scripts import SOURCES
 from ._tail import (
     DEFAULT_BLOCK_MS,
@@ -44,7 +47,7 @@ from ._tail import (
     Report,
     ThreadTail,
 )
-from .events import FeedCursor, SkippedEvent, ThreadDeletion, ThreadEvent
+from .events import FeedCursor, ProjectorLag, SkippedEvent, ThreadDeletion, ThreadEvent, ThreadInfo
 from .tailing import ConsumerGroup, Tail, TailAll, default_consumer_name
 
 __all__ = ["RedisStreamSaver"]
@@ -99,6 +102,7 @@ class RedisStreamSaver(StreamSaverBase):
         )
         self.client = client
         self._scripts = {name: client.register_script(src) for name, src in SOURCES.items()}
+        self._projections.cluster = isinstance(client, RedisCluster)
         self.server_version: tuple[int, ...] | None = None
 
     @classmethod
@@ -151,6 +155,8 @@ class RedisStreamSaver(StreamSaverBase):
 
     def _execute(self, op: Op) -> Any:
         try:
+            if isinstance(op, Each):
+                return self._execute_each(op)
             wait = None if isinstance(op, ScanLogs) or not op.write else self.durability.command()
             if wait is not None:
                 return self._execute_durably(op, wait)  # type: ignore[arg-type]
@@ -163,6 +169,24 @@ class RedisStreamSaver(StreamSaverBase):
             raise translate(exc) from exc
         except (RedisConnectionError, RedisTimeoutError) as exc:
             raise unavailable(exc) from exc
+
+    def _execute_each(self, op: Each) -> builtins.list[Any]:
+        if not op.ops:
+            return []
+        pipe = self.client.pipeline(transaction=False)
+        for one in op.ops:
+            pipe.execute_command(*pipelined(self._scripts, one))
+        replies: builtins.list[Any] = pipe.execute(raise_on_error=False)
+        for i, (one, reply) in enumerate(zip(op.ops, replies, strict=True)):
+            if isinstance(one, Eval) and isinstance(reply, NoScriptError):
+                # the server restarted or failed over: the Script loads itself and retries
+                try:
+                    replies[i] = self._scripts[one.script](keys=list(one.keys), args=list(one.args))
+                except ResponseError as exc:
+                    replies[i] = translate(exc)
+            elif isinstance(reply, ResponseError):
+                replies[i] = translate(reply)
+        return replies
 
     def _execute_durably(self, op: Eval | Call, wait: tuple[str | int, ...]) -> Any:
         # WAIT/WAITAOF count the writes of their own connection, so the write and the wait go
@@ -248,13 +272,18 @@ class RedisStreamSaver(StreamSaverBase):
         (unknown kind, newer schema, malformed) and why."""
         return self._run(self._ops.rebuild(thread_id))
 
+    def rebuild_many(self, thread_ids: Sequence[str]) -> builtins.list[Replay]:
+        """``rebuild`` for several threads, pipelined: one round trip per node."""
+        return self._run(self._ops.rebuild_many(thread_ids))
+
     def verify(self, thread_id: str) -> tuple[int, int, builtins.list[str]]:
         """Replay the thread's log into scratch keys and compare with its live indexes, in one
         atomic script: (applied, skipped, differences); no differences means consistent."""
         return self._run(self._ops.verify(thread_id))
 
-    def threads(self) -> builtins.list[str]:
-        """Every thread id under this prefix (SCAN on every primary; not for hot paths)."""
+    def thread_ids(self) -> builtins.list[str]:
+        """Every thread id under this prefix, sorted (SCAN on every primary; not for hot
+        paths)."""
         return self._run(self._ops.threads())
 
     # --- the audit trail (streamsaver.audit, docs/audit.md) -----------------------------------
@@ -285,6 +314,36 @@ class RedisStreamSaver(StreamSaverBase):
         values with ``serde`` (default: the saver's). Returns the number of events written."""
         writer = audit.ExportWriter(out, self.prefix, serde or self.serde)
         return self._run(audit.export(self._ops, writer, thread_ids))
+
+    def threads(
+        self, *, limit: int | None = None, after: ThreadInfo | None = None
+    ) -> builtins.list[ThreadInfo]:
+        """Threads newest activity first (ties by thread id): a page of ``limit`` after
+        ``after`` (the last of the previous page). From the projector's registry plus the
+        events it has not applied yet; without a projector, from a scan (docs/projector.md)."""
+        return self._run(self._projections.threads(page_limit(limit), after))
+
+    def projector_lag(self) -> ProjectorLag:
+        """Feed entries the projector has not applied yet, per slot, and the oldest's age."""
+        return self._run(self._projections.lag())
+
+    def seed_projections(self, slots: Iterable[int] | None = None) -> int:
+        """Rebuild the projector's keys of ``slots`` (default: all) from the logs, as
+        ``rebuild --all`` does; returns the number of threads registered."""
+        return self._run(self._projections.seed(slots))
+
+    def sweep_projections(self) -> int:
+        """Forget registry rows and index entries of threads whose log is gone (deleted or
+        expired; readers already leave them out); returns how many threads."""
+        return self._run(self._projections.sweep())
+
+    def projector_seeded(self) -> bool:
+        """Whether a projector or ``rebuild --all`` ever seeded the projections."""
+        return self._run(self._projections.seeded())
+
+    def project(self, slot: int, **options: Any) -> Applied:
+        """Apply the next entries of one slot's feed (what ``python -m projector run`` does)."""
+        return self._run(self._projections.apply(slot, **options))
 
     # LangGraph calls these when a graph with this saver runs async; the sync client blocks,
     # so each call moves to a worker thread instead of stalling the event loop.

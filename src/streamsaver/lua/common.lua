@@ -42,6 +42,18 @@ local function fields_of(flat)
   return t
 end
 
+-- Lua's < goes through strcoll, which follows the server's locale; ids compare as bytes.
+local function bytes_lt(a, b)
+  local n = math.min(#a, #b)
+  for i = 1, n do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then
+      return x < y
+    end
+  end
+  return #a < #b
+end
+
 -- Entries are looked up by exact id; one call may need the same entry for several values.
 local function entry_fields(log, eid, cache)
   local f = cache[eid]

@@ -13,18 +13,6 @@
 -- per checkpoint.
 local SCAN_CAP = 1000
 
--- Lua's < goes through strcoll, which follows the server's locale; ids compare as bytes.
-local function bytes_lt(a, b)
-  local n = math.min(#a, #b)
-  for i = 1, n do
-    local x, y = string.byte(a, i), string.byte(b, i)
-    if x ~= y then
-      return x < y
-    end
-  end
-  return #a < #b
-end
-
 local function deep_eq(a, b)
   if type(a) ~= type(b) then
     return false

@@ -3,6 +3,68 @@
 -- it for stored entries, so incremental indexes and rebuilt ones cannot drift apart.
 -- Nothing here may fail once the event is appended: Redis does not roll a script back.
 
+-- Where apply() writes. The writer writes straight to Redis. A replay starts from emptied keys
+-- that nothing else can touch until its script ends, so it keeps them in Lua tables and writes
+-- each key once, in bulk, at the end (about five times fewer commands per event). Either way the
+-- same apply functions below decide what is written: only where it goes differs.
+local direct = {
+  zadd = function(key, m) redis.call('ZADD', key, 0, m) end,
+  zrem = function(key, m) redis.call('ZREM', key, m) end,
+  hget = function(key, k) return redis.call('HGET', key, k) end,
+  hset = function(key, k, v) redis.call('HSET', key, k, v) end,
+  hsetnx = function(key, k, v) redis.call('HSETNX', key, k, v) end,
+  hdel = function(key, k) redis.call('HDEL', key, k) end,
+}
+local sink = direct
+
+local function buffered()
+  local data = {}
+  local function of(key)
+    local t = data[key]
+    if t == nil then
+      t = {}
+      data[key] = t
+    end
+    return t
+  end
+  local b = {
+    zadd = function(key, m) of(key)[m] = '' end,
+    zrem = function(key, m) of(key)[m] = nil end,
+    hget = function(key, k) return of(key)[k] end,
+    hset = function(key, k, v) of(key)[k] = v end,
+    hsetnx = function(key, k, v)
+      local t = of(key)
+      if t[k] == nil then
+        t[k] = v
+      end
+    end,
+    hdel = function(key, k) of(key)[k] = nil end,
+  }
+  -- write every key out: zset members with score 0, hash fields with their values
+  function b.flush(zsets)
+    for key, t in pairs(data) do
+      local args, zset = {}, zsets[key]
+      for k, v in pairs(t) do
+        if zset then
+          args[#args + 1] = 0
+        end
+        args[#args + 1] = k
+        if not zset then
+          args[#args + 1] = v
+        end
+        if #args >= 1000 then
+          redis.call(zset and 'ZADD' or 'HSET', key, unpack(args))
+          args = {}
+        end
+      end
+      if #args > 0 then
+        redis.call(zset and 'ZADD' or 'HSET', key, unpack(args))
+      end
+    end
+  end
+  return b
+end
+
 -- Each kind has a check, which decodes and validates everything its apply needs, and an apply,
 -- which only writes. A stored entry that fails its check (hand-written, truncated, from a buggy
 -- writer) is skipped whole by replay and refused by append before anything is written.
@@ -55,11 +117,11 @@ end
 local function apply_checkpoint(log, ix, ptr, id, f, nv)
   local p = lp(f.ns)
   local member = 'c' .. p .. f.id
-  redis.call('ZADD', ix, 0, member)
+  sink.zadd(ix, member)
   -- re-putting a checkpoint id points it at the newest event: the last put wins, once
-  redis.call('HSET', ptr, member, id)
+  sink.hset(ptr, member, id)
   if f.run ~= nil and f.run ~= '' then
-    redis.call('ZADD', ix, 0, 'r' .. lp(f.run) .. p .. f.id)
+    sink.zadd(ix, 'r' .. lp(f.run) .. p .. f.id)
   end
   -- nv: [channel, version, base, ...]; the i-th value is field b<i-1>; a base marks an
   -- append part, whose earlier items are the value stored for (channel, base)
@@ -69,7 +131,7 @@ local function apply_checkpoint(log, ix, ptr, id, f, nv)
       ref = ref .. ' ' .. nv[i + 2]
     end
     -- a version names one value: the first stored stays, so a delta's base cannot change
-    redis.call('HSETNX', ptr, 'b' .. p .. lp(nv[i]) .. nv[i + 1], ref)
+    sink.hsetnx(ptr, 'b' .. p .. lp(nv[i]) .. nv[i + 1], ref)
   end
 end
 
@@ -95,7 +157,7 @@ end
 
 local function apply_writes(log, ix, ptr, id, f, wi)
   local key = 'w' .. lp(f.ns) .. f.id
-  local cur = redis.call('HGET', ptr, key)
+  local cur = sink.hget(ptr, key)
   local list = {}
   if cur then
     list = cmsgpack.unpack(cur)
@@ -122,7 +184,7 @@ local function apply_writes(log, ix, ptr, id, f, wi)
       list[j + 3] = pos
     end
   end
-  redis.call('HSET', ptr, key, cmsgpack.pack(list))
+  sink.hset(ptr, key, cmsgpack.pack(list))
 end
 
 local function check_delete(f)
@@ -137,18 +199,19 @@ local function apply_delete(log, ix, ptr, id, f, items)
   for i = 1, #items, 2 do
     local p = lp(items[i])
     local member = 'c' .. p .. items[i + 1]
-    local eid = redis.call('HGET', ptr, member)
+    local eid = sink.hget(ptr, member)
     if eid then
       local r = redis.call('XRANGE', log, eid, eid)[1]
       if r then
         local run = fields_of(r[2]).run
         if run ~= nil and run ~= '' then
-          redis.call('ZREM', ix, 'r' .. lp(run) .. p .. items[i + 1])
+          sink.zrem(ix, 'r' .. lp(run) .. p .. items[i + 1])
         end
       end
     end
-    redis.call('ZREM', ix, member)
-    redis.call('HDEL', ptr, member, 'w' .. p .. items[i + 1])
+    sink.zrem(ix, member)
+    sink.hdel(ptr, member)
+    sink.hdel(ptr, 'w' .. p .. items[i + 1])
   end
   -- channel values stay: later checkpoints may still read them
 end
@@ -228,9 +291,12 @@ local function replay_into(log, ix, ptr)
   redis.call('DEL', ix, ptr)
   local applied, skipped, start = 0, 0, '-'
   local out = {0, 0}
+  sink = buffered()
   while true do
     local batch = redis.call('XRANGE', log, start, '+', 'COUNT', 1000)
     if #batch == 0 then
+      sink.flush({[ix] = true})
+      sink = direct
       out[1], out[2] = applied, skipped
       return out
     end

@@ -1,0 +1,129 @@
+"""Rebuild throughput: events re-projected per second by ``rebuild --all``.
+
+    python -m benchmarks.rebuild [--events 100000] [--threads 1000] [--url URL]
+
+Fills a fresh prefix with ``--events`` events (a checkpoint and its writes per step) spread
+over ``--threads`` threads, then times, in the same run and on the same entries:
+
+- the floor: every log read back with XRANGE, pipelined like the rebuild (the bytes a replay
+  must at least touch, without projecting them);
+- the thread indexes' rebuild (lua/replay.lua per thread, ``--batch`` threads per round trip);
+- ``rebuild --all`` as the command runs it: that, then the projector's keys (lua/seed.lua).
+
+Each is run ``--repeat`` times; the best run counts (the machine is shared). Without --url it
+starts a throwaway redis-server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+from uuid import uuid4
+
+import redis
+
+from streamsaver import RedisStreamSaver
+from streamsaver.embedded import EmbeddedRedis
+from streamsaver.maintenance import REBUILD_BATCH, rebuild_threads
+
+
+@contextmanager
+def _server(url: str | None) -> Iterator[str]:
+    if url:
+        yield url
+        return
+    with EmbeddedRedis() as server:
+        yield server.url
+
+
+def fill(saver: RedisStreamSaver, events: int, threads: int) -> list[str]:
+    steps = max(1, events // threads // 2)
+    ids = [f"bench-{n}" for n in range(threads)]
+    for thread_id in ids:
+        config: Any = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+        for step in range(steps):
+            checkpoint: Any = {
+                "v": 1, "id": f"{step:08d}", "ts": "", "channel_values": {"n": step},
+                "channel_versions": {"n": step + 1}, "versions_seen": {}, "updated_channels": None,
+            }  # fmt: skip
+            meta = {"step": step, "source": "loop", "run_id": f"run-{step % 7}"}
+            config = saver.put(config, checkpoint, meta, {"n": step + 1})
+            saver.put_writes(config, [("n", step), ("log", f"step {step}")], "task")
+    return ids
+
+
+def read_floor(saver: RedisStreamSaver, ids: list[str], batch: int) -> int:
+    """XRANGE every log, ``batch`` threads per round trip: the entries a replay reads."""
+    read = 0
+    client: Any = saver.client
+    for start in range(0, len(ids), batch):
+        pipe = client.pipeline(transaction=False)
+        for thread_id in ids[start : start + batch]:
+            pipe.xrange(saver._ops.keys(thread_id).log, "-", "+")
+        read += sum(len(entries) for entries in pipe.execute())
+    return read
+
+
+def best(label: str, run: Callable[[], int], repeat: int) -> tuple[str, int, float]:
+    times, events = [], 0
+    for _ in range(repeat):
+        started = time.perf_counter()
+        events = run()
+        times.append(time.perf_counter() - started)
+    return label, events, min(times)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.rebuild", description=__doc__)
+    parser.add_argument("--events", type=int, default=100_000)
+    parser.add_argument("--threads", type=int, default=1000)
+    parser.add_argument("--batch", type=int, default=REBUILD_BATCH, help="threads per round trip")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--url", help="a Redis to use (default: a throwaway redis-server)")
+    args = parser.parse_args(argv)
+    with _server(args.url) as url, redis.Redis.from_url(url) as client:
+        saver = RedisStreamSaver(client, prefix=f"bench{uuid4().hex[:8]}")
+        started = time.perf_counter()
+        ids = fill(saver, args.events, args.threads)
+        print(
+            f"filled {len(ids)} threads in {time.perf_counter() - started:.1f} s "
+            f"(Redis {'.'.join(map(str, saver.server_version or ()))})",
+            file=sys.stderr,
+        )
+
+        def indexes() -> int:
+            return rebuild_threads(saver, ids, batch=args.batch).applied
+
+        def everything() -> int:
+            applied = indexes()
+            saver.seed_projections()
+            return applied
+
+        rows = [
+            best(
+                "floor: XRANGE every log", lambda: read_floor(saver, ids, args.batch), args.repeat
+            ),
+            best("rebuild thread indexes", indexes, args.repeat),
+            best("rebuild --all (+ projector keys)", everything, args.repeat),
+        ]
+        floor = rows[0][1] / rows[0][2]
+        print(f"| {'what':<34} | {'events':>7} | {'seconds':>7} | {'events/s':>9} | floor |")
+        print(f"|{'-' * 36}|{'-' * 9}|{'-' * 9}|{'-' * 11}|-------|")
+        for label, events, seconds in rows:
+            rate = events / seconds
+            print(
+                f"| {label:<34} | {events:>7} | {seconds:>7.2f} | {rate:>9,.0f} | "
+                f"{rate / floor:>5.2f} |"
+            )
+        keys = list(client.scan_iter(match=f"{saver.prefix}:*", count=1000))
+        for start in range(0, len(keys), 1000):
+            client.delete(*keys[start : start + 1000])
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

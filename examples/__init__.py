@@ -1,0 +1,1 @@
+"""Runnable examples (docker-compose.yml runs examples.agent)."""

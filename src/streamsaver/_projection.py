@@ -1,0 +1,287 @@
+"""The projector's keyspace and operations: cross-thread projections, kept per cluster slot. No I/O.
+
+Each Redis Cluster slot that holds threads has, beside its feed (``_feed.py``), five derived
+keys in that same slot, so every projector script is one single-slot script:
+
+- ``<prefix>:projector:{<slot tag>}`` hash: ``cursor``, the last feed entry applied, ``applied``
+  and ``at`` (ms);
+- ``<prefix>:registry:{<slot tag>}`` hash, thread id -> its row (latest root checkpoint, step,
+  last activity, waiting on an interrupt) and ``<prefix>:activity:{<slot tag>}``, the threads
+  scored by last activity;
+- ``<prefix>:runs:{<slot tag>}`` and ``<prefix>:meta:{<slot tag>}``: which threads hold run X,
+  which hold metadata key K = V (candidates for ``delete_for_runs`` and ``list(None, filter)``).
+
+``lua/project.lua`` applies a batch of one feed's entries and moves the cursor in one script;
+``lua/seed.lua`` builds a slot from its threads' logs (first start, ``rebuild --all``). Readers
+never wait on the projector: they take a slot's projections together with the threads its feed
+names after the cursor, and scan the logs when a slot has no cursor or its feed was trimmed
+past it (``lua/registry.lua``).
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Iterable, Sequence
+from functools import cache
+from typing import Any, NamedTuple
+
+import ormsgpack
+
+from ._feed import SLOTS, feed_key, slot_of, slot_tag
+from ._keys import log_pattern, thread_id_of, thread_keys
+from ._ops import Call, Each, Eval, Flow, ScanLogs
+from ._tail import entries, streams
+from .events import ProjectorLag, SlotLag, ThreadInfo
+
+__all__ = ["Applied", "Projections", "SlotKeys", "slot_keys"]
+
+# slots per pipelined batch of seed scripts
+_SEED_BATCH = 256
+_LAG_CAP = 100_000
+
+
+class SlotKeys(NamedTuple):
+    feed: str
+    state: str
+    registry: str
+    activity: str
+    runs: str
+    meta: str
+
+
+@cache
+def slot_keys(prefix: str, slot: int) -> SlotKeys:
+    tag = "{" + slot_tag(slot) + "}"
+    return SlotKeys(
+        feed_key(prefix, slot),
+        *(
+            f"{prefix}:{name}:{tag}"
+            for name in ("projector", "registry", "activity", "runs", "meta")
+        ),
+    )
+
+
+class Applied(NamedTuple):
+    """What one project.lua call did: ``status`` is ``ok``, or ``behind`` (the slot needs a
+    seed); ``unknown`` lists "<feed id> <kind>" of kinds this version lacks."""
+
+    status: str
+    applied: int = 0
+    cursor: str = ""
+    more: bool = False
+    unknown: tuple[str, ...] = ()
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _ok(reply: Any) -> Any:
+    if isinstance(reply, Exception):
+        raise reply
+    return reply
+
+
+def _info(thread_id: str, row: bytes) -> ThreadInfo:
+    checkpoint_id, step, ms, waiting = ormsgpack.unpackb(row)
+    return ThreadInfo(
+        thread_id=thread_id,
+        checkpoint_id=checkpoint_id or None,
+        step=int(step) if step else None,
+        last_activity_ms=int(ms),
+        interrupted=bool(waiting),
+    )
+
+
+def _usable(replies: Sequence[Any]) -> builtins.list[Any] | None:
+    """The slots' answers (each less its status), or None when the readers must scan: a slot
+    is unusable, or no slot was ever seeded (no projector ever ran)."""
+    statuses = [_text(_ok(r)[0]) for r in replies]
+    if "fallback" in statuses or "ok" not in statuses:
+        return None
+    return [r[1:] for r in replies]
+
+
+def _order(info: ThreadInfo) -> tuple[int, bytes]:
+    return -info.last_activity_ms, info.thread_id.encode()
+
+
+class Projections:
+    """The projector's operations and the readers' use of its projections, as flows of
+    ``_ops`` operations (driven by the sync and async savers)."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        # a cluster probes its feeds one EXISTS per slot (a command may not span slots)
+        self.cluster = False
+        # ignore the projections: cross-thread reads scan the logs (tests compare both paths)
+        self.scan_only = False
+        self._known: set[int] = set()
+
+    def keys(self, slot: int) -> SlotKeys:
+        return slot_keys(self.prefix, slot)
+
+    def feed_slots(self) -> Flow[builtins.list[int]]:
+        """The slots whose feed exists, found by probing their names, never by SCAN. Feeds
+        are not deleted, so only the slots not seen yet are probed again (a fresh prefix
+        probes all 16384: tens of ms; once every slot has a feed, nothing)."""
+        unknown = [s for s in range(SLOTS) if s not in self._known]
+        names = [feed_key(self.prefix, s) for s in unknown]
+        if not names:
+            found: builtins.list[int] = []
+        elif self.cluster:
+            replies = yield Each(tuple(Call(("EXISTS", k)) for k in names))
+            found = [s for s, r in zip(unknown, replies, strict=True) if _ok(r)]
+        else:
+            reply = yield Call(("XREAD", "COUNT", 1, "STREAMS", *names, *["0-0"] * len(names)))
+            present = {key for key, _ in streams(reply)}
+            found = [s for s, k in zip(unknown, names, strict=True) if k in present]
+        self._known.update(found)
+        return sorted(self._known)
+
+    def seeded(self) -> Flow[bool]:
+        """Whether a projector (or a rebuild) ever seeded this prefix's projections."""
+        slots = yield from self.feed_slots()
+        replies = yield Each(tuple(Call(("EXISTS", self.keys(s).state)) for s in slots))
+        return any(_ok(r) for r in replies)
+
+    def _threads_by_slot(self) -> Flow[dict[int, builtins.list[str]]]:
+        by_slot: dict[int, builtins.list[str]] = {}
+        for key in (yield ScanLogs(log_pattern(self.prefix))):
+            log = _text(key)
+            by_slot.setdefault(slot_of(log), []).append(thread_id_of(self.prefix, log))
+        return by_slot
+
+    def seed(self, slots: Iterable[int] | None = None) -> Flow[int]:
+        """(Re)build the projections of ``slots`` (default: every slot with a feed or a
+        thread) from the logs, and set their cursors; returns the number of threads
+        registered. Safe while graphs write and projectors run: see lua/seed.lua."""
+        feeds = yield from self.feed_slots()
+        replies = yield Each(
+            tuple(
+                Call(("XREVRANGE", feed_key(self.prefix, s), "+", "-", "COUNT", 1)) for s in feeds
+            )
+        )
+        last = {}
+        for slot, reply in zip(feeds, replies, strict=True):
+            found = entries(_ok(reply))
+            if found:
+                last[slot] = found[0][0]
+        # read the feeds' ends before listing the threads: a thread the listing misses is
+        # newer than its feed's end, so the projector applies it
+        by_slot = yield from self._threads_by_slot()
+        targets = sorted({*feeds, *by_slot} if slots is None else slots)
+        registered = 0
+        for start in range(0, len(targets), _SEED_BATCH):
+            chunk = targets[start : start + _SEED_BATCH]
+            replies = yield Each(
+                tuple(
+                    Eval(
+                        "seed",
+                        self.keys(s),
+                        (self.prefix, last.get(s, "0-0"), *by_slot.get(s, ())),
+                        write=True,
+                    )
+                    for s in chunk
+                )
+            )
+            registered += sum(int(_ok(r)) for r in replies)
+        return registered
+
+    def apply(
+        self,
+        slot: int,
+        *,
+        count: int = 1000,
+        stop: str = "+",
+        group: str = "",
+        acks: Sequence[str] = (),
+    ) -> Flow[Applied]:
+        """Apply up to ``count`` entries of a slot's feed after its cursor (up to ``stop``)."""
+        reply = yield Eval(
+            "project", self.keys(slot), (self.prefix, count, stop, group, *acks), write=True
+        )
+        status = _text(reply[0])
+        if status != "ok":
+            return Applied(status)
+        return Applied(
+            status,
+            int(reply[1]),
+            _text(reply[2]),
+            bool(int(reply[3])),
+            tuple(_text(u) for u in reply[4:]),
+        )
+
+    def sweep(self) -> Flow[int]:
+        """Forget threads whose log is gone (deleted, expired); returns how many."""
+        slots = yield from self.feed_slots()
+        replies = yield Each(
+            tuple(Eval("sweep", self.keys(s), (self.prefix,), write=True) for s in slots)
+        )
+        return sum(int(_ok(r)) for r in replies)
+
+    def lag(self) -> Flow[ProjectorLag]:
+        slots = yield from self.feed_slots()
+        now = yield Call(("TIME",))
+        replies = yield Each(tuple(Eval("lag", self.keys(s)[:2], (_LAG_CAP,)) for s in slots))
+        out = []
+        for slot, reply in zip(slots, replies, strict=True):
+            usable, cursor, pending, oldest = _ok(reply)
+            oldest_id = _text(oldest)
+            out.append(
+                SlotLag(
+                    slot=slot,
+                    usable=bool(usable),
+                    cursor=_text(cursor),
+                    pending=int(pending),
+                    oldest_ms=int(oldest_id.split("-")[0]) if oldest_id else None,
+                )
+            )
+        now_ms = int(now[0]) * 1000 + int(now[1]) // 1000
+        return ProjectorLag(slots=tuple(out), now_ms=now_ms)
+
+    def threads(
+        self, limit: int | None, after: ThreadInfo | None
+    ) -> Flow[builtins.list[ThreadInfo]]:
+        """A page of threads, newest activity first (ties by thread id), after ``after``."""
+        slots = [] if self.scan_only else (yield from self.feed_slots())
+        args = (
+            self.prefix,
+            limit or 0,
+            "" if after is None else after.last_activity_ms,
+            "" if after is None else after.thread_id,
+        )
+        replies = yield Each(tuple(Eval("threads_page", self.keys(s)[:4], args) for s in slots))
+        pages = _usable(replies)
+        if pages is None:
+            infos = yield from self._scan_threads(after)
+        else:
+            infos = [
+                _info(_text(t), row)
+                for page in pages
+                for t, row in zip(page[::2], page[1::2], strict=True)
+            ]
+        infos.sort(key=_order)
+        return infos if limit is None else infos[:limit]
+
+    def candidates(self, query: tuple[str | bytes, ...]) -> Flow[builtins.list[str] | None]:
+        """Sorted thread ids a cross-thread read must look at (see lua/candidates.lua), or
+        None when some slot's projections are unusable (or absent): then the caller scans."""
+        if self.scan_only:
+            return None
+        slots = yield from self.feed_slots()
+        replies = yield Each(tuple(Eval("candidates", self.keys(s), query) for s in slots))
+        found = _usable(replies)
+        if found is None:
+            return None
+        return sorted({_text(t) for page in found for t in page})
+
+    def _scan_threads(self, after: ThreadInfo | None) -> Flow[builtins.list[ThreadInfo]]:
+        """The fallback: every log, each row computed by the projector's own code."""
+        ids = [t for ts in (yield from self._threads_by_slot()).values() for t in ts]
+        keys = [thread_keys(self.prefix, t) for t in ids]
+        replies = yield Each(tuple(Eval("thread_row", k, ()) for k in keys))
+        infos = [_info(t, row) for t, row in zip(ids, map(_ok, replies), strict=True) if row]
+        if after is not None:
+            infos = [i for i in infos if _order(i) > _order(after)]
+        return infos

@@ -1,0 +1,81 @@
+-- The projector applies a slot's feed entries after its cursor, in order, and moves the cursor,
+-- atomically: a crash or a second replica can neither skip nor double an entry's effect.
+-- KEYS: feed state registry activity runs meta (registry.lua)
+-- ARGV: [1] key prefix  [2] at most this many entries  [3] last entry to apply, or '+'
+--       [4] consumer group, or ''  [5..] feed entry ids delivered to it, acknowledged here
+--           once applied (those after the new cursor stay pending)
+-- Returns {'ok', applied, cursor, more (1: entries remain up to ARGV[3]), unknown...}, each
+-- unknown "<feed id> <kind>" an entry of a kind this version does not know (its thread is
+-- recomputed from its log), or {'behind'}: entries after the cursor were trimmed unapplied
+-- (or, on Redis 6.2, the slot was never seeded): the slot needs seed.lua.
+local feed, state = KEYS[1], KEYS[2]
+local prefix, count, stop, group = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
+local cursor = usable_cursor(feed, state)
+if not cursor then
+  return {'behind'}
+end
+local batch = after_cursor(feed, cursor, stop, count)
+local known = {checkpoint = true, writes = true, delete = true}
+local order, whole, unknown, acc = {}, {}, {}, {}
+for _, e in ipairs(batch) do
+  local p = fields_of(e[2])
+  local t = p.t
+  if t then
+    if whole[t] == nil then
+      order[#order + 1] = t
+      whole[t] = false
+    end
+    local f = nil
+    if p.k == 'pruned' then
+      -- a compaction's tombstone: the copies after it rewrote the thread, recomputed below
+      f = nil
+    elseif known[p.k] then
+      local base = thread_base(prefix, t)
+      f = p.e and entry_fields(base .. 'log', p.e, {})
+    else
+      unknown[#unknown + 1] = e[1] .. ' ' .. tostring(p.k)
+    end
+    -- a compacted (origin), gone or unknown entry may have removed history: recompute
+    if f == nil or f.origin ~= nil then
+      whole[t] = true
+    elseif not whole[t] then
+      index_event(acc, KEYS, t, f)
+    end
+  end
+end
+-- before any recompute(), which drops a thread's members and adds its log's again
+add_members(acc)
+for _, t in ipairs(order) do
+  if whole[t] then
+    recompute(KEYS, prefix, t)
+  else
+    local base = thread_base(prefix, t)
+    set_row(KEYS[3], KEYS[4], t, thread_row(base .. 'log', base .. 'ix', base .. 'ptr'))
+  end
+end
+if #batch > 0 then
+  cursor = batch[#batch][1]
+  local now = redis.call('TIME')
+  redis.call('HSET', state, 'cursor', cursor, 'at', now[1] * 1000 + math.floor(now[2] / 1000))
+  redis.call('HINCRBY', state, 'applied', #batch)
+end
+if group ~= '' then
+  local acks = {}
+  for i = 5, #ARGV do
+    if not id_lt(cursor, ARGV[i]) then
+      acks[#acks + 1] = ARGV[i]
+    end
+  end
+  if #acks > 0 then
+    redis.call('XACK', feed, group, unpack(acks))
+  end
+end
+local more = 0
+if #batch == count then
+  more = 1
+end
+local out = {'ok', #batch, cursor, more}
+for _, u in ipairs(unknown) do
+  out[#out + 1] = u
+end
+return out

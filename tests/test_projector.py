@@ -1,0 +1,241 @@
+"""The projector service (python -m projector run): crash and restart, replicas, lag, and the
+registry it keeps against a rebuild of the same keys from the logs."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from streamsaver import RedisStreamSaver
+from streamsaver._keys import thread_keys
+from streamsaver._projection import slot_keys
+
+from .test_cli import ROOT
+
+
+def projections(client: redis.Redis, prefix: str) -> dict[bytes, Any]:
+    """Every projector key's content but the cursors: what the projector derived."""
+    out: dict[bytes, Any] = {}
+    for name in ("registry", "activity", "runs", "meta"):
+        for key in client.scan_iter(match=f"{prefix}:{name}:*", count=1000):
+            kind = client.type(key)
+            if kind == b"hash":
+                out[key] = client.hgetall(key)
+            else:
+                out[key] = client.zrange(key, 0, -1, withscores=True)
+    return out
+
+
+def wait_caught_up(saver: RedisStreamSaver, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        lag = saver.projector_lag()
+        if lag.usable and lag.pending == 0:
+            return
+        assert time.monotonic() < deadline, f"the projector did not catch up: {lag}"
+        time.sleep(0.05)
+
+
+def start_projector(url: str, prefix: str, *extra: str) -> subprocess.Popen[str]:
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "projector", "run", "--url", url, "--prefix", prefix, *extra],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def stop_projector(proc: subprocess.Popen[str]) -> str:
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    return out
+
+
+def checkpoint(step: int, **values: Any) -> Any:
+    return {
+        "v": 1, "id": f"{step:05d}", "ts": "", "channel_values": values,
+        "channel_versions": {k: step + 1 for k in values}, "versions_seen": {},
+        "updated_channels": None,
+    }  # fmt: skip
+
+
+def work(saver: RedisStreamSaver, thread_id: str, steps: int, run: str) -> None:
+    """A thread's history: checkpoints of a run, writes, an interrupt on the last one."""
+    config: Any = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+    for step in range(steps):
+        meta = {"step": step, "source": "loop", "run_id": run, "user": thread_id[:2]}
+        run_config = {**config, "metadata": {"run_id": run}}
+        config = saver.put(run_config, checkpoint(step, n=step), meta, {"n": step + 1})
+        writes = [("__interrupt__", "ask")] if step == steps - 1 else [("n", step)]
+        saver.put_writes({**config, "metadata": {"run_id": run}}, writes, f"task{step}")
+
+
+@pytest.fixture
+def projector_proc(redis_url: str, prefix: str) -> Iterator[list[subprocess.Popen[str]]]:
+    procs: list[subprocess.Popen[str]] = []
+    yield procs
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
+def test_killed_mid_batch_and_restarted_it_matches_a_rebuild(
+    sync_saver: RedisStreamSaver,
+    redis_client: redis.Redis,
+    redis_url: str,
+    prefix: str,
+    projector_proc: list[subprocess.Popen[str]],
+) -> None:
+    for i in range(10):
+        work(sync_saver, f"early{i}", 3, "r0")
+    first = start_projector(redis_url, prefix, "--batch", "5")
+    projector_proc.append(first)
+    deadline = time.monotonic() + 60
+    while not sync_saver.projector_seeded():
+        assert time.monotonic() < deadline and first.poll() is None, first.stderr
+        time.sleep(0.05)
+    # writes keep coming while the projector applies them; kill it in the middle
+    for i in range(40):
+        work(sync_saver, f"t{i}", 4, f"r{i % 3}")
+        if i == 20:
+            first.kill()
+            first.communicate()
+            assert first.returncode == -signal.SIGKILL
+    sync_saver.delete_for_runs(["r1"])
+    sync_saver.copy_thread("t2", "copy-of-t2")
+    sync_saver.prune(["t5"], strategy="keep_latest")
+    assert sync_saver.projector_lag().pending != 0
+
+    second = start_projector(redis_url, prefix, "--batch", "7")
+    projector_proc.append(second)
+    wait_caught_up(sync_saver)
+    incremental = projections(redis_client, prefix)
+    stop_projector(second)
+
+    sync_saver.seed_projections()
+    assert projections(redis_client, prefix) == incremental
+    infos = {i.thread_id: i for i in sync_saver.threads()}
+    assert set(infos) == set(sync_saver.thread_ids())
+    assert infos["t6"].step == 3 and infos["t6"].interrupted
+    assert infos["t6"].checkpoint_id == "00003"
+    # run r1's checkpoints are deleted: its threads have none left
+    assert infos["t7"].checkpoint_id is None and not infos["t7"].interrupted
+
+
+def test_two_replicas_share_the_work(
+    sync_saver: RedisStreamSaver,
+    redis_client: redis.Redis,
+    redis_url: str,
+    prefix: str,
+    projector_proc: list[subprocess.Popen[str]],
+) -> None:
+    # the threads' feeds exist before the members join: both block on them, and Redis hands
+    # each new entry to the member that has waited longest (a feed found later goes to
+    # whichever member probes first)
+    for i in range(60):
+        work(sync_saver, f"t{i}", 1, "r")
+    a = start_projector(redis_url, prefix, "--batch", "3", "--consumer", "a")
+    b = start_projector(redis_url, prefix, "--batch", "3", "--consumer", "b")
+    projector_proc += [a, b]
+    for proc in (a, b):  # both have joined the group before any work arrives
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            if "joined group" in line:
+                break
+    wait_caught_up(sync_saver)
+    for i in range(60):
+        work(sync_saver, f"t{i}", 3, "r")
+    wait_caught_up(sync_saver)
+    # "applied N entries in M batches; K slots seeded again"
+    done = [stop_projector(p).split() for p in (a, b)]
+    applied = [int(words[1]) for words in done]
+    reseeded = [int(words[6]) for words in done]
+    assert all(n + k > 0 for n, k in zip(applied, reseeded, strict=True)), done
+    total = sum(
+        int(redis_client.hget(slot_keys(prefix, s.slot).state, "applied") or 0)
+        for s in sync_saver.projector_lag().slots
+    )
+    assert sum(applied) == total
+    if sum(reseeded) == 0:
+        # every entry was applied once: the cursors moved past each exactly one time (Redis
+        # 6.2 cannot tell an untrimmed new feed, so it seeds new slots from the logs instead)
+        assert total == 60 * 3 * 2
+    incremental = projections(redis_client, prefix)
+    sync_saver.seed_projections()
+    assert projections(redis_client, prefix) == incremental
+
+
+def test_status_reports_the_lag_and_run_stops_on_sigterm(
+    sync_saver: RedisStreamSaver,
+    redis_url: str,
+    prefix: str,
+    projector_proc: list[subprocess.Popen[str]],
+) -> None:
+    work(sync_saver, "a", 2, "r")
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
+    base = [sys.executable, "-m", "projector", "status", "--url", redis_url, "--prefix", prefix]
+    before = subprocess.run(base, capture_output=True, text=True, env=env, timeout=60)
+    assert before.returncode == 0, before.stderr
+    assert "not seeded" in before.stdout  # no projector has run: readers scan
+    assert not sync_saver.projector_seeded()
+
+    proc = start_projector(redis_url, prefix)
+    projector_proc.append(proc)
+    wait_caught_up(sync_saver)
+    work(sync_saver, "b", 2, "r")
+    wait_caught_up(sync_saver)
+    assert "applied 4 entries" in stop_projector(proc) or sync_saver.server_version < (7,)
+    after = subprocess.run(base, capture_output=True, text=True, env=env, timeout=60)
+    assert "lag: 0 entries pending" in after.stdout and "0 unusable" in after.stdout
+    assert "not seeded" not in after.stdout
+
+
+async def test_async_saver_reads_the_registry_like_the_sync_one(
+    sync_saver: RedisStreamSaver, async_saver: Any
+) -> None:
+    for n in range(4):
+        work(sync_saver, f"t{n}", 2, "r")
+    assert await async_saver.athreads() == sync_saver.threads()  # both scan: never seeded
+    assert await async_saver.aseed_projections() == 4
+    work(sync_saver, "late", 1, "r")  # not applied: read from the feed
+    page = await async_saver.athreads(limit=2)
+    assert [i.thread_id for i in page] == ["late", "t3"]
+    assert await async_saver.athreads(limit=10, after=page[-1]) == sync_saver.threads()[2:]
+    assert (await async_saver.aprojector_lag()).pending == 2
+    assert await async_saver.athread_ids() == sorted(["late", "t0", "t1", "t2", "t3"])
+
+
+def test_threads_that_vanish_are_left_out_then_forgotten(
+    sync_saver: RedisStreamSaver, redis_client: redis.Redis, prefix: str
+) -> None:
+    for n in range(5):
+        work(sync_saver, f"t{n}", 2, "r")
+    sync_saver.seed_projections()
+    sync_saver.delete_thread("t1")  # leaves no feed entry
+    redis_client.pexpire(thread_keys(prefix, "t2").log, 1)  # expiry, as retention does
+    while redis_client.exists(thread_keys(prefix, "t2").log):
+        time.sleep(0.01)
+    remaining = ["t0", "t3", "t4"]
+    assert sorted(i.thread_id for i in sync_saver.threads()) == remaining
+    assert sorted(i.thread_id for i in sync_saver.threads(limit=2)) == ["t3", "t4"]
+    stale = projections(redis_client, prefix)
+    assert sync_saver.sweep_projections() == 2
+    assert sync_saver.sweep_projections() == 0
+    swept = projections(redis_client, prefix)
+    assert swept != stale
+    sync_saver.seed_projections()
+    assert projections(redis_client, prefix) == swept
+    assert sorted(i.thread_id for i in sync_saver.threads()) == remaining
