@@ -3,8 +3,11 @@
 Blocking reads (``XREAD BLOCK``, ``XREADGROUP BLOCK``) go down a connection of their own, made
 from the saver client's connection settings and closed with the tail: they never hold a
 connection of the saver's pool, and they wait with a read timeout of the block time plus a
-grace period, whatever ``socket_timeout`` the client has. Everything else (pointer fetches,
-probes, acknowledgements, group scripts) is pipelined on the saver's client.
+grace period, whatever ``socket_timeout`` the client has. On a standalone server the events
+that feed pointers name are fetched down that connection too (it idles between blocking reads,
+and it skips the pool on the way from a reply to its events). Everything else (probes,
+acknowledgements, group scripts; pointer fetches on a cluster) is pipelined on the saver's
+client.
 
 Stopping: leaving a ``for`` loop (or ``close()`` / ``aclose()``) ends a tail at once; its
 connection is closed. ``stop()`` from another thread ends a blocked read at once with
@@ -95,7 +98,7 @@ class _SyncIO:
 
     def execute(self, op: TailOp) -> Any:
         if isinstance(op, Batch):
-            return self.batch(op)
+            return self.own_batch(op) if op.own and not self.cluster else self.batch(op)
         if isinstance(op, Block):
             return self.block(op)
         self.stopped.wait(op.ms / 1000)
@@ -164,6 +167,25 @@ class _SyncIO:
                         self.blocked = None
             except ResponseError as exc:
                 return exc
+            except _NETWORK as exc:
+                self.close_connections()
+                if attempt or self.stopped.is_set():
+                    raise unavailable(exc) from exc
+        raise AssertionError("unreachable")
+
+    def own_batch(self, op: Batch) -> list[Any]:
+        """Reads pipelined down the tail's own connection (the iterating thread's only)."""
+        for attempt in range(2):
+            try:
+                conn = self._connection(None).conn
+                conn.send_packed_command(conn.pack_commands(op.calls))
+                replies: list[Any] = []
+                for _ in op.calls:
+                    try:
+                        replies.append(conn.read_response())
+                    except ResponseError as exc:
+                        replies.append(exc)
+                return replies
             except _NETWORK as exc:
                 self.close_connections()
                 if attempt or self.stopped.is_set():
@@ -423,7 +445,7 @@ class _AsyncIO:
 
     async def execute(self, op: TailOp) -> Any:
         if isinstance(op, Batch):
-            return await self.batch(op)
+            return await (self.own_batch(op) if op.own and not self.cluster else self.batch(op))
         if isinstance(op, Block):
             return await self.block(op)
         deadline = time.monotonic() + op.ms / 1000
@@ -498,6 +520,28 @@ class _AsyncIO:
                 raise
             finally:
                 self.blocked = None
+        raise AssertionError("unreachable")
+
+    async def own_batch(self, op: Batch) -> list[Any]:
+        for attempt in range(2):
+            try:
+                conn = (await self._connection(None)).conn
+                await conn.send_packed_command(conn.pack_commands(op.calls))
+                replies: list[Any] = []
+                for _ in op.calls:
+                    try:
+                        replies.append(await conn.read_response())
+                    except ResponseError as exc:
+                        replies.append(exc)
+                return replies
+            except _NETWORK as exc:
+                await self._drop()
+                if attempt or self.stopped.is_set():
+                    raise unavailable(exc) from exc
+            except BaseException:
+                # cancelled mid-read: the replies would arrive on a connection nobody reads
+                await self._drop()
+                raise
         raise AssertionError("unreachable")
 
     async def _drop(self) -> None:
