@@ -806,10 +806,11 @@ def test_the_tailing_guide_example_runs_as_written(
         "writes None reply",
     ]  # fmt: skip
     assert lines[5:7] == ["5 events", "0 new since"]
-    # the group stops at the last checkpoint; LangGraph writes some writes concurrently with it
+    # the group stops at the last checkpoint. LangGraph saves writes in the background, so the
+    # log may hold any of them after that checkpoint, where the group never gets to them
     handled = lines[7:]
     assert handled[-1] == "handled checkpoint t1" and handled.count("handled checkpoint t1") == 3
-    assert set(handled) == {"handled checkpoint t1", "handled writes t1"}
+    assert set(handled) <= {"handled checkpoint t1", "handled writes t1"}
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
