@@ -37,7 +37,7 @@ from streamsaver._codec import Codec
 from streamsaver._feed import SLOTS, feed_key, feed_of_log, feed_pattern, slot_tag
 from streamsaver._keys import thread_keys
 from streamsaver._tail import Batch, Block, FeedTail, ThreadTail, decode_event, streams
-from streamsaver.events import FeedCursor, SkippedEvent, ThreadEvent
+from streamsaver.events import Delivery, FeedCursor, SkippedEvent, ThreadEvent
 
 # --- shared helpers --------------------------------------------------------------------------
 
@@ -778,6 +778,44 @@ async def test_async_tails_stop_on_cancel_and_on_aclose(
     assert [e async for e in tail] == []
     assert tail.position == first.id
     await client.aclose()
+
+
+def test_cancelled_async_readers_stop_wherever_the_cancel_lands(
+    sync_saver: RedisStreamSaver, redis_url: str
+) -> None:
+    """redis-py's asyncio connection can swallow a cancel delivered while it sends a command
+    (a start's probe for feeds is a large one): the read loop went on and a cancelled
+    aconsumer_group did not stop. Each reader runs in an asyncio.run of its own, as a fresh
+    process would, and is cancelled at moments spread over its start and its first reads."""
+    steps(sync_saver, "t", 2)
+    readers: list[Callable[[AsyncRedisStreamSaver], Any]] = [
+        lambda saver: saver.atail_all(after="0", block_ms=60_000),
+        lambda saver: saver.aconsumer_group("g", "c", start="0", block_ms=60_000),
+    ]
+
+    async def cancelled_at(make: Callable[[AsyncRedisStreamSaver], Any], delay: float) -> bool:
+        client = aredis.Redis.from_url(redis_url)
+        reader = make(AsyncRedisStreamSaver(client, prefix=sync_saver.prefix))
+
+        async def drain() -> None:
+            async for item in reader:
+                if isinstance(item, Delivery):
+                    await reader.ack(item)
+
+        task = asyncio.create_task(drain())
+        await asyncio.sleep(delay)
+        task.cancel()
+        done, _ = await asyncio.wait([task], timeout=10)
+        await client.aclose()
+        return bool(done)
+
+    stuck = [
+        (k, delay)
+        for delay in [i * 0.003 for i in range(20)]
+        for k, make in enumerate(readers)
+        if not asyncio.run(cancelled_at(make, delay))
+    ]
+    assert stuck == []
 
 
 def test_the_tailing_guide_example_runs_as_written(

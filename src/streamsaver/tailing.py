@@ -431,6 +431,19 @@ def _drive_sync(flow: Generator[TailOp, Any, R], batch: Callable[[Batch], Any]) 
 # --- asyncio ---------------------------------------------------------------------------------
 
 
+def _raise_swallowed_cancel() -> None:
+    """Raise a cancel the current task was sent but never saw raised.
+
+    redis-py's asyncio connection can swallow a ``CancelledError`` delivered while it sends a
+    command (seen with redis-py 8.1 on Python 3.11: ``send_command`` returns normally and the
+    task's ``cancelling()`` stays 1). A tail's loop of reads would then never end; checking
+    around each step ends it at the next one. Python 3.10 has no ``cancelling()``."""
+    task = asyncio.current_task()
+    cancelling = getattr(task, "cancelling", None)
+    if cancelling is not None and cancelling():
+        raise asyncio.CancelledError
+
+
 class _AsyncIO:
     def __init__(self, saver: AsyncRedisStreamSaver) -> None:
         self.client: Any = saver.client
@@ -444,15 +457,19 @@ class _AsyncIO:
         self.blocked: _Dedicated | None = None
 
     async def execute(self, op: TailOp) -> Any:
+        _raise_swallowed_cancel()
         if isinstance(op, Batch):
-            return await (self.own_batch(op) if op.own and not self.cluster else self.batch(op))
-        if isinstance(op, Block):
-            return await self.block(op)
-        deadline = time.monotonic() + op.ms / 1000
-        # short naps, so a stop() from another thread is seen; cancellation ends it at once
-        while not self.stopped.is_set() and time.monotonic() < deadline:
-            await asyncio.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
-        return None
+            reply = await (self.own_batch(op) if op.own and not self.cluster else self.batch(op))
+        elif isinstance(op, Block):
+            reply = await self.block(op)
+        else:
+            deadline = time.monotonic() + op.ms / 1000
+            # short naps, so a stop() from another thread is seen; cancellation ends it at once
+            while not self.stopped.is_set() and time.monotonic() < deadline:
+                await asyncio.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+            reply = None
+        _raise_swallowed_cancel()
+        return reply
 
     async def batch(self, op: Batch) -> list[Any]:
         if not op.calls:
