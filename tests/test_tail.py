@@ -724,18 +724,36 @@ def test_blocked_tails_hold_no_connection_of_the_savers_pool(
     saver = RedisStreamSaver(redis.Redis(connection_pool=pool), prefix=prefix)
     step(saver, "t", 0)
     one, all_ = saver.tail("t", block_ms=10_000), saver.tail_all(block_ms=10_000)
+    group = saver.consumer_group("g", "m", block_ms=10_000)
     got: list[str] = []
-    readers = [in_thread(lambda t=t: got.extend(e.id for e in islice(t, 2))) for t in (one, all_)]  # type: ignore[misc]
-    wait_for(lambda: len(blocked(redis_client, client_name)) == 2, "both tails to block")
-    # the pool's only connection is free: the saver works while both tails wait
+
+    def deliveries() -> Any:
+        for delivery in group:
+            group.ack(delivery)
+            yield delivery.event
+
+    readers = [
+        in_thread(lambda t=t: got.extend(e.id for e in islice(t, 2)))  # type: ignore[misc]
+        for t in (one, all_, deliveries())
+    ]
+    wait_for(
+        lambda: (
+            len(blocked(redis_client, client_name))
+            + len(blocked(redis_client, client_name, "xreadgroup"))
+            == 3
+        ),
+        "every reader to block",
+    )
+    # the pool's only connection is free: the saver works while every reader waits
     stored = step(saver, "t", 1)
     assert saver.get_tuple(stored) is not None
     for reader, errors in readers:
         reader.join(5)
         assert not errors
-    assert sorted(got) == sorted(log_ids(redis_client, prefix, "t")[2:] * 2)
+    assert sorted(got) == sorted(log_ids(redis_client, prefix, "t")[2:] * 3)
     one.close()
     all_.close()
+    group.close()
     pool.disconnect()
 
 
