@@ -149,48 +149,50 @@ class _SyncIO:
                 dedicated.client_id = -1
         return dedicated
 
-    def block(self, op: Block) -> Any:
+    def _on_own(self, key: str | None, exchange: Callable[[_Dedicated], R]) -> R:
+        """``exchange`` on the reader's own connection; once more, on a new connection, after a
+        network error."""
         for attempt in range(2):
-            if self.stopped.is_set():
-                return None
             try:
-                dedicated = self._connection(op.key)
-                with self.lock:
-                    self.blocked = dedicated
-                try:
-                    if self.stopped.is_set():
-                        return None
-                    dedicated.conn.send_command(*op.args)
-                    return dedicated.conn.read_response(timeout=op.block_ms / 1000 + _GRACE_S)
-                finally:
-                    with self.lock:
-                        self.blocked = None
-            except ResponseError as exc:
-                return exc
+                return exchange(self._connection(key))
             except _NETWORK as exc:
                 self.close_connections()
                 if attempt or self.stopped.is_set():
                     raise unavailable(exc) from exc
         raise AssertionError("unreachable")
 
+    def block(self, op: Block) -> Any:
+        def read(dedicated: _Dedicated) -> Any:
+            with self.lock:
+                self.blocked = dedicated
+            try:
+                if self.stopped.is_set():
+                    return None
+                dedicated.conn.send_command(*op.args)
+                return dedicated.conn.read_response(timeout=op.block_ms / 1000 + _GRACE_S)
+            except ResponseError as exc:
+                return exc
+            finally:
+                with self.lock:
+                    self.blocked = None
+
+        return None if self.stopped.is_set() else self._on_own(op.key, read)
+
     def own_batch(self, op: Batch) -> list[Any]:
         """Reads pipelined down the tail's own connection (the iterating thread's only)."""
-        for attempt in range(2):
-            try:
-                conn = self._connection(None).conn
-                conn.send_packed_command(conn.pack_commands(op.calls))
-                replies: list[Any] = []
-                for _ in op.calls:
-                    try:
-                        replies.append(conn.read_response())
-                    except ResponseError as exc:
-                        replies.append(exc)
-                return replies
-            except _NETWORK as exc:
-                self.close_connections()
-                if attempt or self.stopped.is_set():
-                    raise unavailable(exc) from exc
-        raise AssertionError("unreachable")
+
+        def exchange(dedicated: _Dedicated) -> list[Any]:
+            conn = dedicated.conn
+            conn.send_packed_command(conn.pack_commands(op.calls))
+            replies: list[Any] = []
+            for _ in op.calls:
+                try:
+                    replies.append(conn.read_response())
+                except ResponseError as exc:
+                    replies.append(exc)
+            return replies
+
+        return self._on_own(None, exchange)
 
     def close_connections(self) -> None:
         for dedicated in self.dedicated.values():
@@ -515,51 +517,50 @@ class _AsyncIO:
                 dedicated.client_id = -1
         return dedicated
 
-    async def block(self, op: Block) -> Any:
+    async def _on_own(self, key: str | None, exchange: Callable[[_Dedicated], Awaitable[R]]) -> R:
+        """``exchange`` on the reader's own connection; once more, on a new connection, after a
+        network error. Cancelled mid-way, the connection is dropped: a reply would arrive on it
+        that nobody reads."""
         for attempt in range(2):
+            try:
+                return await exchange(await self._connection(key))
+            except _NETWORK as exc:
+                await self._drop()
+                if attempt or self.stopped.is_set():
+                    raise unavailable(exc) from exc
+            except BaseException:
+                await self._drop()
+                raise
+        raise AssertionError("unreachable")
+
+    async def block(self, op: Block) -> Any:
+        async def read(dedicated: _Dedicated) -> Any:
             if self.stopped.is_set():
                 return None
-            dedicated: _Dedicated | None = None
+            self.blocked = dedicated
             try:
-                dedicated = await self._connection(op.key)
-                self.blocked = dedicated
                 await dedicated.conn.send_command(*op.args)
                 return await dedicated.conn.read_response(timeout=op.block_ms / 1000 + _GRACE_S)
             except ResponseError as exc:
                 return exc
-            except _NETWORK as exc:
-                await self._drop()
-                if attempt or self.stopped.is_set():
-                    raise unavailable(exc) from exc
-            except BaseException:
-                # cancelled mid-read: the reply would arrive on a connection nobody reads
-                await self._drop()
-                raise
             finally:
                 self.blocked = None
-        raise AssertionError("unreachable")
+
+        return None if self.stopped.is_set() else await self._on_own(op.key, read)
 
     async def own_batch(self, op: Batch) -> list[Any]:
-        for attempt in range(2):
-            try:
-                conn = (await self._connection(None)).conn
-                await conn.send_packed_command(conn.pack_commands(op.calls))
-                replies: list[Any] = []
-                for _ in op.calls:
-                    try:
-                        replies.append(await conn.read_response())
-                    except ResponseError as exc:
-                        replies.append(exc)
-                return replies
-            except _NETWORK as exc:
-                await self._drop()
-                if attempt or self.stopped.is_set():
-                    raise unavailable(exc) from exc
-            except BaseException:
-                # cancelled mid-read: the replies would arrive on a connection nobody reads
-                await self._drop()
-                raise
-        raise AssertionError("unreachable")
+        async def exchange(dedicated: _Dedicated) -> list[Any]:
+            conn = dedicated.conn
+            await conn.send_packed_command(conn.pack_commands(op.calls))
+            replies: list[Any] = []
+            for _ in op.calls:
+                try:
+                    replies.append(await conn.read_response())
+                except ResponseError as exc:
+                    replies.append(exc)
+            return replies
+
+        return await self._on_own(None, exchange)
 
     async def _drop(self) -> None:
         for dedicated in self.dedicated.values():
