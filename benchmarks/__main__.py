@@ -17,6 +17,7 @@ workloads (--only takes a comma-separated subset):
   history      get_tuple(latest) and one list(limit=10) page at several history depths
   graph        a 3-node StateGraph and a ReAct agent (fake model) invoked on one thread
   concurrency  64 threads driven concurrently from asyncio: checkpoints per second
+  tail         put -> tail / tail_all in another process, beside XADD -> XREAD BLOCK
 
 peers: InMemorySaver, SqliteSaver, PostgresSaver, langgraph-checkpoint-redis (Redis Stack),
 langgraph-checkpoint-plainredis, streamsaver, and two floors: the raw floor (bare redis-py

@@ -11,7 +11,7 @@ __all__ = ["DEFAULT_OUT", "WORKLOADS", "Config", "full", "quick", "replace"]
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
 
 # Names accepted by --only, in the order the run executes them.
-WORKLOADS = ("agent_step", "storage", "history", "graph", "concurrency")
+WORKLOADS = ("agent_step", "storage", "history", "graph", "concurrency", "tail")
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,7 @@ class Config:
     graph_invokes: int = 50
     concurrency_threads: int = 64
     concurrency_steps: int = 10
+    tail_events: int = 1000
     quick: bool = False
 
     @property
@@ -61,6 +62,7 @@ def quick() -> Config:
         graph_invokes=5,
         concurrency_threads=64,
         concurrency_steps=2,
+        tail_events=100,
         quick=True,
     )
 

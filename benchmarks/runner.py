@@ -140,7 +140,8 @@ def _sizes(cfg: Config) -> str:
         f"rounds {cfg.rounds}; agent steps {cfg.agent_steps} (+{cfg.warmup_steps} warm-up); "
         f"storage at {', '.join(map(str, cfg.storage_steps))} steps; history depths "
         f"{', '.join(map(str, cfg.history_depths))}; {cfg.graph_invokes} graph invokes; "
-        f"{cfg.concurrency_threads} threads, {cfg.concurrency_steps} steps each"
+        f"{cfg.concurrency_threads} threads, {cfg.concurrency_steps} steps each; "
+        f"{cfg.tail_events} tail events per path and round"
     )
 
 

@@ -37,7 +37,7 @@ from streamsaver._codec import Codec
 from streamsaver._feed import SLOTS, feed_key, feed_of_log, feed_pattern, slot_tag
 from streamsaver._keys import thread_keys
 from streamsaver._tail import Batch, Block, FeedTail, ThreadTail, decode_event, streams
-from streamsaver.events import FeedCursor, SkippedEvent, ThreadEvent
+from streamsaver.events import Delivery, FeedCursor, SkippedEvent, ThreadEvent
 
 # --- shared helpers --------------------------------------------------------------------------
 
@@ -726,18 +726,36 @@ def test_blocked_tails_hold_no_connection_of_the_savers_pool(
     saver = RedisStreamSaver(redis.Redis(connection_pool=pool), prefix=prefix)
     step(saver, "t", 0)
     one, all_ = saver.tail("t", block_ms=10_000), saver.tail_all(block_ms=10_000)
+    group = saver.consumer_group("g", "m", block_ms=10_000)
     got: list[str] = []
-    readers = [in_thread(lambda t=t: got.extend(e.id for e in islice(t, 2))) for t in (one, all_)]  # type: ignore[misc]
-    wait_for(lambda: len(blocked(redis_client, client_name)) == 2, "both tails to block")
-    # the pool's only connection is free: the saver works while both tails wait
+
+    def deliveries() -> Any:
+        for delivery in group:
+            group.ack(delivery)
+            yield delivery.event
+
+    readers = [
+        in_thread(lambda t=t: got.extend(e.id for e in islice(t, 2)))  # type: ignore[misc]
+        for t in (one, all_, deliveries())
+    ]
+    wait_for(
+        lambda: (
+            len(blocked(redis_client, client_name))
+            + len(blocked(redis_client, client_name, "xreadgroup"))
+            == 3
+        ),
+        "every reader to block",
+    )
+    # the pool's only connection is free: the saver works while every reader waits
     stored = step(saver, "t", 1)
     assert saver.get_tuple(stored) is not None
     for reader, errors in readers:
         reader.join(5)
         assert not errors
-    assert sorted(got) == sorted(log_ids(redis_client, prefix, "t")[2:] * 2)
+    assert sorted(got) == sorted(log_ids(redis_client, prefix, "t")[2:] * 3)
     one.close()
     all_.close()
+    group.close()
     pool.disconnect()
 
 
@@ -782,6 +800,44 @@ async def test_async_tails_stop_on_cancel_and_on_aclose(
     await client.aclose()
 
 
+def test_cancelled_async_readers_stop_wherever_the_cancel_lands(
+    sync_saver: RedisStreamSaver, redis_url: str
+) -> None:
+    """redis-py's asyncio connection can swallow a cancel delivered while it sends a command
+    (a start's probe for feeds is a large one): the read loop went on and a cancelled
+    aconsumer_group did not stop. Each reader runs in an asyncio.run of its own, as a fresh
+    process would, and is cancelled at moments spread over its start and its first reads."""
+    steps(sync_saver, "t", 2)
+    readers: list[Callable[[AsyncRedisStreamSaver], Any]] = [
+        lambda saver: saver.atail_all(after="0", block_ms=60_000),
+        lambda saver: saver.aconsumer_group("g", "c", start="0", block_ms=60_000),
+    ]
+
+    async def cancelled_at(make: Callable[[AsyncRedisStreamSaver], Any], delay: float) -> bool:
+        client = aredis.Redis.from_url(redis_url)
+        reader = make(AsyncRedisStreamSaver(client, prefix=sync_saver.prefix))
+
+        async def drain() -> None:
+            async for item in reader:
+                if isinstance(item, Delivery):
+                    await reader.ack(item)
+
+        task = asyncio.create_task(drain())
+        await asyncio.sleep(delay)
+        task.cancel()
+        done, _ = await asyncio.wait([task], timeout=10)
+        await client.aclose()
+        return bool(done)
+
+    stuck = [
+        (k, delay)
+        for delay in [i * 0.003 for i in range(20)]
+        for k, make in enumerate(readers)
+        if not asyncio.run(cancelled_at(make, delay))
+    ]
+    assert stuck == []
+
+
 def test_the_tailing_guide_example_runs_as_written(
     redis_url: str, redis_client: redis.Redis
 ) -> None:
@@ -808,10 +864,11 @@ def test_the_tailing_guide_example_runs_as_written(
         "writes None reply",
     ]  # fmt: skip
     assert lines[5:7] == ["5 events", "0 new since"]
-    # the group stops at the last checkpoint; LangGraph writes some writes concurrently with it
+    # the group stops at the last checkpoint. LangGraph saves writes in the background, so the
+    # log may hold any of them after that checkpoint, where the group never gets to them
     handled = lines[7:]
     assert handled[-1] == "handled checkpoint t1" and handled.count("handled checkpoint t1") == 3
-    assert set(handled) == {"handled checkpoint t1", "handled writes t1"}
+    assert set(handled) <= {"handled checkpoint t1", "handled writes t1"}
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from ..harness import Context
 from ..results import Section
-from . import agent_step, concurrency, graph_invoke, history, storage
+from . import agent_step, concurrency, graph_invoke, history, storage, tail
 
 __all__ = ["REGISTRY"]
 
@@ -16,4 +16,5 @@ REGISTRY: dict[str, Callable[[Context], Section]] = {
     "history": history.run,
     "graph": graph_invoke.run,
     "concurrency": concurrency.run,
+    "tail": tail.run,
 }

@@ -11,7 +11,8 @@ send and receive. Decoding events into ``ThreadEvent`` happens here, once.
   thread event to fetch. Standalone: one ``XREAD BLOCK`` over every known feed. Cluster: a
   command may not span slots, so each round is one pipelined non-blocking ``XREAD`` per known
   feed (one round trip per node), and an idle round waits ``poll_ms``. Feeds that appear later
-  are found by probing the 16384 possible feed names, never by ``SCAN`` or ``KEYS``.
+  are found by probing the 16384 possible feed names, a slice at a time, never by ``SCAN`` or
+  ``KEYS``. The events a round's pointers name are fetched in one more round trip.
 - ``GroupReader``: a consumer group on the feeds (``XREADGROUP``), with claiming, parking and
   reaping in one script per feed (lua/group_claim.lua).
 """
@@ -41,6 +42,7 @@ __all__ = [
     "DEFAULT_BLOCK_MS",
     "DEFAULT_COUNT",
     "DEFAULT_POLL_MS",
+    "SWEEP_SLICES",
     "TAIL_COMMANDS",
     "Batch",
     "Block",
@@ -59,6 +61,7 @@ DEFAULT_BLOCK_MS = 1000
 DEFAULT_COUNT = 100
 DEFAULT_DISCOVER_MS = 1000
 DEFAULT_POLL_MS = 50
+SWEEP_SLICES = 16  # periodic probes for new feeds each name 1/16 of the slots
 
 # What a tailing client sends (for an ACL user that only tails): read-only tails need the first
 # line, consumer groups the second; CLIENT ID/UNBLOCK only make a stop from another thread
@@ -85,9 +88,13 @@ class ScriptCall:
 @dataclass(frozen=True, slots=True)
 class Batch:
     """Non-blocking commands, pipelined on the saver's client (one round trip per node).
-    The reply is a list in order, with a server error as an exception value in its place."""
+    The reply is a list in order, with a server error as an exception value in its place.
+    ``own``: reads the reader may send down its own connection instead, when it has one to a
+    standalone server (it idles between blocking reads); that skips the pool on the way from
+    a blocking read's reply to the events it announced."""
 
     calls: tuple[Command | ScriptCall, ...]
+    own: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,19 +149,16 @@ def _id_key(entry_id: str) -> tuple[int, int]:
 
 
 def _fields(raw: Any) -> dict[bytes, bytes] | None:
-    """An entry's fields from a parsed (dict) or raw (flat list) reply; None if deleted."""
+    """An entry's fields from a parsed (dict) or raw (flat list) reply; None if deleted. The
+    saver refuses ``decode_responses=True``, so names and values are bytes as they come."""
     if raw is None or raw is False:
         return None
+    if isinstance(raw, dict):
+        return raw
     if isinstance(raw, Mapping):
-        return {_b(k): _b(v) for k, v in raw.items()}
-    flat = list(raw)
-    return {_b(k): _b(v) for k, v in zip(flat[::2], flat[1::2], strict=True)}
-
-
-def _b(value: Any) -> bytes:
-    if isinstance(value, bytes):
-        return value
-    return str(value).encode()
+        return dict(raw)
+    pairs = iter(raw)
+    return dict(zip(pairs, pairs, strict=True))
 
 
 Entry = tuple[str, dict[bytes, bytes] | None]
@@ -164,16 +168,15 @@ def entries(reply: Any) -> list[Entry]:
     """XRANGE / XREVRANGE / one stream of XREAD: ``[(id, fields), ...]``."""
     if not reply:
         return []
-    return [(_text(item[0]), _fields(item[1])) for item in reply]
+    return [(_text(entry_id), _fields(raw)) for entry_id, raw in reply]
 
 
 def streams(reply: Any) -> list[tuple[str, list[Entry]]]:
     """XREAD / XREADGROUP, RESP2 or RESP3, raw or parsed by redis-py: ``[(key, entries)]``."""
     if not reply:
         return []
-    pairs = reply.items() if isinstance(reply, Mapping) else ((item[0], item[1]) for item in reply)
     out = []
-    for key, items in pairs:
+    for key, items in reply.items() if isinstance(reply, Mapping) else reply:
         # redis-py's RESP3 parsing wraps each stream's entries in one more list
         if items and isinstance(items[0], list) and items[0] and isinstance(items[0][0], tuple):
             items = items[0]
@@ -217,37 +220,43 @@ def _pointer(fields: Mapping[bytes, bytes]) -> tuple[str, str] | None:
     return thread_id, event_id
 
 
+_KIND_NAMES = {kind.encode(): kind for kind in _KINDS}
+_UTC = timezone.utc
+_validate_event = ThreadEvent.model_validate
+
+
 def decode_event(
     codec: Codec, stream: str, entry_id: str, fields: Mapping[bytes, bytes]
 ) -> ThreadEvent | SkippedEvent:
-    """A thread log entry as a ``ThreadEvent``, or the reason it cannot be one."""
-    kind, sv, thread_id = (_shown(fields, name) for name in (b"k", b"sv", b"thread"))
-
-    def skipped(reason: str) -> SkippedEvent:
-        return SkippedEvent(
-            stream=stream,
-            id=entry_id,
-            thread_id=thread_id,
-            event_id=entry_id,
-            kind=kind,
-            schema_version=sv,
-            reason=reason,
-        )
-
+    """A thread log entry as a ``ThreadEvent``, or the reason it cannot be one. It runs between
+    a reply arriving and the event reaching a tailer, so it reads each field once. Fields
+    written by hand may hold anything: what is not UTF-8 is reported, never raised."""
+    get = fields.get
+    sv, kind, thread = get(b"sv"), get(b"k"), get(b"thread")
     if sv is None or not (sv.isascii() and sv.isdigit()):
-        return skipped(f"no readable schema version ({sv!r})")
-    if int(sv) > SCHEMA_VERSION:
-        return skipped(f"schema version {sv} is newer than {SCHEMA_VERSION}: upgrade streamsaver")
-    if kind not in _KINDS:
-        return skipped(f"unknown kind {kind!r} (from a newer streamsaver?)")
-    if thread_id is None:
-        return skipped("no thread field")
-    if not _is_utf8(fields[b"thread"]):
-        return skipped("the thread field is not UTF-8")
-    try:
-        return _decode(codec, entry_id, kind, int(sv), thread_id, fields)
-    except Exception as exc:  # a tailer reports what it cannot decode, and goes on
-        return skipped(f"cannot decode: {exc!r}")
+        reason = f"no readable schema version ({_shown(fields, b'sv')!r})"
+    elif int(sv) > SCHEMA_VERSION:
+        reason = f"schema version {sv.decode()} is newer than {SCHEMA_VERSION}: upgrade streamsaver"
+    elif kind not in _KIND_NAMES:
+        reason = f"unknown kind {_shown(fields, b'k')!r} (from a newer streamsaver?)"
+    elif thread is None:
+        reason = "no thread field"
+    elif not _is_utf8(thread):
+        reason = "the thread field is not UTF-8"
+    else:
+        try:
+            return _decode(codec, entry_id, _KIND_NAMES[kind], int(sv), thread.decode(), fields)
+        except Exception as exc:  # a tailer reports what it cannot decode, and goes on
+            reason = f"cannot decode: {exc!r}"
+    return SkippedEvent(
+        stream=stream,
+        id=entry_id,
+        thread_id=_shown(fields, b"thread"),
+        event_id=entry_id,
+        kind=_shown(fields, b"k"),
+        schema_version=_shown(fields, b"sv"),
+        reason=reason,
+    )
 
 
 def _is_utf8(raw: bytes) -> bool:
@@ -266,18 +275,20 @@ def _decode(
     thread_id: str,
     fields: Mapping[bytes, bytes],
 ) -> ThreadEvent:
-    ms = _id_key(entry_id)[0]
+    get = fields.get
     base: dict[str, Any] = {
         "schema_version": sv,
         "id": entry_id,
         "kind": kind,
         "thread_id": thread_id,
-        "timestamp": datetime.fromtimestamp(ms / 1000, tz=timezone.utc),
+        "timestamp": datetime.fromtimestamp(int(entry_id.partition("-")[0]) / 1000, tz=_UTC),
         "origin": _str(fields, b"origin"),
         "digest": _str(fields, b"dg"),
     }
-    if b"copy_of" in fields:
-        source, source_id = ormsgpack.unpackb(fields[b"copy_of"])
+    if (origin := get(b"origin")) is not None:
+        base["origin"] = origin.decode()
+    if (copy_of := get(b"copy_of")) is not None:
+        source, source_id = ormsgpack.unpackb(copy_of)
         base["copy_of"] = (str(source), str(source_id))
     if kind == "pruned":
         base["pruned"] = Pruned(
@@ -290,26 +301,24 @@ def _decode(
     if kind == "delete":
         items = ormsgpack.unpackb(fields[b"items"])
         base["deleted"] = tuple(zip(items[::2], items[1::2], strict=True))
-        base["runs"] = tuple(ormsgpack.unpackb(fields.get(b"runs") or ormsgpack.packb([])))
-        return ThreadEvent(**base)
-    base["checkpoint_ns"] = _str(fields, b"ns") or ""
+        base["runs"] = tuple(ormsgpack.unpackb(get(b"runs") or b"\x90"))
+        return _validate_event(base)
+    base["checkpoint_ns"] = get(b"ns", b"").decode()
     base["checkpoint_id"] = _str(fields, b"id")
-    base["run_id"] = _str(fields, b"run") or None
+    base["run_id"] = get(b"run", b"").decode() or None
     if kind == "checkpoint":
-        nv = ormsgpack.unpackb(fields[b"nv"])
-        base["parent_checkpoint_id"] = _str(fields, b"parent") or None
+        base["parent_checkpoint_id"] = get(b"parent", b"").decode() or None
         base["metadata"] = ormsgpack.unpackb(fields[b"meta"])
-        base["channels"] = tuple(nv[::3])
-        return ThreadEvent(**base)
-    wi = ormsgpack.unpackb(fields[b"wi"])
-    channels = tuple(wi[::2])
+        base["channels"] = tuple(ormsgpack.unpackb(fields[b"nv"])[::3])
+        return _validate_event(base)
+    channels = tuple(ormsgpack.unpackb(fields[b"wi"])[::2])
     base["task_id"] = _str(fields, b"task")
-    base["task_path"] = _str(fields, b"path") or None
+    base["task_path"] = get(b"path", b"").decode() or None
     base["channels"] = channels
     base["writes"] = tuple(
-        (channel, codec.load(fields[f"w{i}".encode()])) for i, channel in enumerate(channels)
+        (channel, codec.load(fields[b"w%d" % i])) for i, channel in enumerate(channels)
     )
-    return ThreadEvent(**base)
+    return _validate_event(base)
 
 
 def _in_namespace(event: ThreadEvent, ns: str | None) -> bool:
@@ -472,7 +481,9 @@ class _Feeds(_Reader):
         self.block_ms = _positive(block_ms, "block_ms")
         self.count = _positive(count, "count")
         self.known: list[int] = []  # slots whose feed exists, in discovery order
+        self._known: set[int] = set()
         self.next_discovery = 0.0
+        self._sweep = 0  # the first slot of the next periodic probe's slice
         self._feed_keys: dict[int, str] = {}
 
     def feed(self, slot: int) -> str:
@@ -481,11 +492,22 @@ class _Feeds(_Reader):
             key = self._feed_keys[slot] = feed_key(self.prefix, slot)
         return key
 
-    def probe(self) -> Step:
-        """Find feeds that appeared since the last probe; returns their slots."""
-        self.next_discovery = self.clock() + self.discover_ms / 1000
-        known = set(self.known)
-        slots = [s for s in range(SLOTS) if s not in known]
+    def probe(self, full: bool = True) -> Step:
+        """Find feeds that appeared since the last probe; returns their slots.
+
+        A full probe (at the start) names every missing feed: up to 16384 names, tens of ms of
+        client and server time. A periodic probe names one slice of the slots, the next slice
+        every ``discover_ms / SWEEP_SLICES``: a new feed is still found within ``discover_ms``,
+        and no probe holds up the reads (and the events waiting behind them) for long."""
+        period = self.discover_ms / 1000
+        if full:
+            candidates = range(SLOTS)
+        else:
+            start, period = self._sweep, period / SWEEP_SLICES
+            self._sweep = (start + SLOTS // SWEEP_SLICES) % SLOTS
+            candidates = range(start, start + SLOTS // SWEEP_SLICES)
+        self.next_discovery = self.clock() + period
+        slots = [s for s in candidates if s not in self._known]
         if not slots:
             return []
         keys = [self.feed(s) for s in slots]
@@ -494,11 +516,17 @@ class _Feeds(_Reader):
             replies = yield Batch(tuple(("EXISTS", k) for k in keys))
             found = [s for s, r in zip(slots, replies, strict=True) if _check(r)]
         else:
-            # one command: the feeds that have an entry (a feed is created by its first XADD)
-            (reply,) = yield Batch((("XREAD", "COUNT", 1, "STREAMS", *keys, *["0-0"] * len(keys)),))
-            present = {key for key, _ in streams(_check(reply))}
+            # the feeds that have an entry (a feed is created by its first XADD), one command
+            # per slice: each reply comes quickly, whatever socket timeout the client has
+            size = SLOTS // SWEEP_SLICES
+            chunks = [keys[i : i + size] for i in range(0, len(keys), size)]
+            replies = yield Batch(
+                tuple(("XREAD", "COUNT", 1, "STREAMS", *c, *["0-0"] * len(c)) for c in chunks)
+            )
+            present = {key for reply in replies for key, _ in streams(_check(reply))}
             found = [s for s, k in zip(slots, keys, strict=True) if k in present]
         self.known += found
+        self._known.update(found)
         return found
 
     def _skipped(
@@ -522,16 +550,20 @@ class _Feeds(_Reader):
         """Fetch the thread events feed pointers name, in one batch:
         ``[(slot, feed id, ThreadEvent | SkippedEvent)]`` in the pointers' order."""
         calls: list[Command] = []
-        targets = [_pointer(fields) for _, _, fields in pointers]
-        for target in targets:
-            if target is not None:
-                log = thread_keys(self.prefix, target[0]).log
-                calls.append(("XRANGE", log, target[1], target[1]))
-        replies = iter((yield Batch(tuple(calls))) if calls else ())
-        result: list[tuple[int, str, ThreadEvent | SkippedEvent]] = []
-        for (slot, feed_id, fields), target in zip(pointers, targets, strict=True):
-            item: ThreadEvent | SkippedEvent
+        logs: list[str | None] = []
+        for _, _, fields in pointers:
+            target = _pointer(fields)
             if target is None:
+                logs.append(None)
+                continue
+            key = thread_keys(self.prefix, target[0]).log
+            logs.append(key)
+            calls.append(("XRANGE", key, target[1], target[1]))
+        replies = iter((yield Batch(tuple(calls), own=True)) if calls else ())
+        result: list[tuple[int, str, ThreadEvent | SkippedEvent]] = []
+        for (slot, feed_id, fields), log in zip(pointers, logs, strict=True):
+            item: ThreadEvent | SkippedEvent
+            if log is None:
                 item = self._skipped(slot, feed_id, fields, "not a feed pointer")
             elif isinstance(reply := next(replies), Exception):
                 reason = f"cannot read the thread's log: {reply}"
@@ -542,8 +574,7 @@ class _Feeds(_Reader):
                     reason = "gone: the thread's log no longer has it (deleted or pruned)"
                     item = self._skipped(slot, feed_id, fields, reason)
                 else:
-                    log = thread_keys(self.prefix, target[0]).log
-                    item = decode_event(self.codec, log, target[1], found[0][1])
+                    item = decode_event(self.codec, log, found[0][0], found[0][1])
             result.append((slot, feed_id, item))
         return result
 
@@ -638,7 +669,7 @@ class FeedTail(_Feeds):
             return
         while True:
             if self.clock() >= self.next_discovery:
-                for slot in (yield from self.probe()):
+                for slot in (yield from self.probe(full=False)):
                     # a feed that appeared after the start: everything in it is new
                     self.positions.setdefault(slot, "0-0")
             if not self.known:
@@ -812,7 +843,7 @@ class GroupReader(_Feeds):
 
     def _discover(self) -> Step:
         first = not self.joined
-        found = yield from self.probe()
+        found = yield from self.probe(full=first)
         # at the first join, feeds take ``start``; a feed found later is new: all of it counts
         yield from self._create(found, self.start if first else "0-0")
         self.joined = True

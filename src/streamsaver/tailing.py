@@ -3,8 +3,11 @@
 Blocking reads (``XREAD BLOCK``, ``XREADGROUP BLOCK``) go down a connection of their own, made
 from the saver client's connection settings and closed with the tail: they never hold a
 connection of the saver's pool, and they wait with a read timeout of the block time plus a
-grace period, whatever ``socket_timeout`` the client has. Everything else (pointer fetches,
-probes, acknowledgements, group scripts) is pipelined on the saver's client.
+grace period, whatever ``socket_timeout`` the client has. On a standalone server the events
+that feed pointers name are fetched down that connection too (it idles between blocking reads,
+and it skips the pool on the way from a reply to its events). Everything else (probes,
+acknowledgements, group scripts; pointer fetches on a cluster) is pipelined on the saver's
+client.
 
 Stopping: leaving a ``for`` loop (or ``close()`` / ``aclose()``) ends a tail at once; its
 connection is closed. ``stop()`` from another thread ends a blocked read at once with
@@ -127,7 +130,7 @@ class _SyncIO:
 
     def execute(self, op: TailOp) -> Any:
         if isinstance(op, Batch):
-            return self.batch(op)
+            return self.own_batch(op) if op.own and not self.cluster else self.batch(op)
         if isinstance(op, Block):
             return self.block(op)
         self.stopped.wait(op.ms / 1000)
@@ -172,29 +175,50 @@ class _SyncIO:
                 dedicated.client_id = -1
         return dedicated
 
-    def block(self, op: Block) -> Any:
+    def _on_own(self, key: str | None, exchange: Callable[[_Dedicated], R]) -> R:
+        """``exchange`` on the reader's own connection; once more, on a new connection, after a
+        network error."""
         for attempt in range(2):
-            if self.stopped.is_set():
-                return None
             try:
-                dedicated = self._connection(op.key)
-                with self.lock:
-                    self.blocked = dedicated
-                try:
-                    if self.stopped.is_set():
-                        return None
-                    dedicated.conn.send_command(*op.args)
-                    return dedicated.conn.read_response(timeout=op.block_ms / 1000 + _GRACE_S)
-                finally:
-                    with self.lock:
-                        self.blocked = None
-            except ResponseError as exc:
-                return exc
+                return exchange(self._connection(key))
             except _NETWORK as exc:
                 self.close_connections()
                 if attempt or self.stopped.is_set():
                     raise unavailable(exc) from exc
         raise AssertionError("unreachable")
+
+    def block(self, op: Block) -> Any:
+        def read(dedicated: _Dedicated) -> Any:
+            with self.lock:
+                self.blocked = dedicated
+            try:
+                if self.stopped.is_set():
+                    return None
+                dedicated.conn.send_command(*op.args)
+                return dedicated.conn.read_response(timeout=op.block_ms / 1000 + _GRACE_S)
+            except ResponseError as exc:
+                return exc
+            finally:
+                with self.lock:
+                    self.blocked = None
+
+        return None if self.stopped.is_set() else self._on_own(op.key, read)
+
+    def own_batch(self, op: Batch) -> list[Any]:
+        """Reads pipelined down the tail's own connection (the iterating thread's only)."""
+
+        def exchange(dedicated: _Dedicated) -> list[Any]:
+            conn = dedicated.conn
+            conn.send_packed_command(conn.pack_commands(op.calls))
+            replies: list[Any] = []
+            for _ in op.calls:
+                try:
+                    replies.append(conn.read_response())
+                except ResponseError as exc:
+                    replies.append(exc)
+            return replies
+
+        return self._on_own(None, exchange)
 
     def close_connections(self) -> None:
         for dedicated in self.dedicated.values():
@@ -435,6 +459,19 @@ def _drive_sync(flow: Generator[TailOp, Any, R], batch: Callable[[Batch], Any]) 
 # --- asyncio ---------------------------------------------------------------------------------
 
 
+def _raise_swallowed_cancel() -> None:
+    """Raise a cancel the current task was sent but never saw raised.
+
+    redis-py's asyncio connection can swallow a ``CancelledError`` delivered while it sends a
+    command (seen with redis-py 8.1 on Python 3.11: ``send_command`` returns normally and the
+    task's ``cancelling()`` stays 1). A tail's loop of reads would then never end; checking
+    around each step ends it at the next one. Python 3.10 has no ``cancelling()``."""
+    task = asyncio.current_task()
+    cancelling = getattr(task, "cancelling", None)
+    if cancelling is not None and cancelling():
+        raise asyncio.CancelledError
+
+
 class _AsyncIO:
     def __init__(self, saver: AsyncRedisStreamSaver) -> None:
         self.client: Any = saver.client
@@ -448,15 +485,19 @@ class _AsyncIO:
         self.blocked: _Dedicated | None = None
 
     async def execute(self, op: TailOp) -> Any:
+        _raise_swallowed_cancel()
         if isinstance(op, Batch):
-            return await self.batch(op)
-        if isinstance(op, Block):
-            return await self.block(op)
-        deadline = time.monotonic() + op.ms / 1000
-        # short naps, so a stop() from another thread is seen; cancellation ends it at once
-        while not self.stopped.is_set() and time.monotonic() < deadline:
-            await asyncio.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
-        return None
+            reply = await (self.own_batch(op) if op.own and not self.cluster else self.batch(op))
+        elif isinstance(op, Block):
+            reply = await self.block(op)
+        else:
+            deadline = time.monotonic() + op.ms / 1000
+            # short naps, so a stop() from another thread is seen; cancellation ends it at once
+            while not self.stopped.is_set() and time.monotonic() < deadline:
+                await asyncio.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+            reply = None
+        _raise_swallowed_cancel()
+        return reply
 
     async def batch(self, op: Batch) -> list[Any]:
         if not op.calls:
@@ -498,29 +539,50 @@ class _AsyncIO:
                 dedicated.client_id = -1
         return dedicated
 
-    async def block(self, op: Block) -> Any:
+    async def _on_own(self, key: str | None, exchange: Callable[[_Dedicated], Awaitable[R]]) -> R:
+        """``exchange`` on the reader's own connection; once more, on a new connection, after a
+        network error. Cancelled mid-way, the connection is dropped: a reply would arrive on it
+        that nobody reads."""
         for attempt in range(2):
-            if self.stopped.is_set():
-                return None
-            dedicated: _Dedicated | None = None
             try:
-                dedicated = await self._connection(op.key)
-                self.blocked = dedicated
-                await dedicated.conn.send_command(*op.args)
-                return await dedicated.conn.read_response(timeout=op.block_ms / 1000 + _GRACE_S)
-            except ResponseError as exc:
-                return exc
+                return await exchange(await self._connection(key))
             except _NETWORK as exc:
                 await self._drop()
                 if attempt or self.stopped.is_set():
                     raise unavailable(exc) from exc
             except BaseException:
-                # cancelled mid-read: the reply would arrive on a connection nobody reads
                 await self._drop()
                 raise
+        raise AssertionError("unreachable")
+
+    async def block(self, op: Block) -> Any:
+        async def read(dedicated: _Dedicated) -> Any:
+            if self.stopped.is_set():
+                return None
+            self.blocked = dedicated
+            try:
+                await dedicated.conn.send_command(*op.args)
+                return await dedicated.conn.read_response(timeout=op.block_ms / 1000 + _GRACE_S)
+            except ResponseError as exc:
+                return exc
             finally:
                 self.blocked = None
-        raise AssertionError("unreachable")
+
+        return None if self.stopped.is_set() else await self._on_own(op.key, read)
+
+    async def own_batch(self, op: Batch) -> list[Any]:
+        async def exchange(dedicated: _Dedicated) -> list[Any]:
+            conn = dedicated.conn
+            await conn.send_packed_command(conn.pack_commands(op.calls))
+            replies: list[Any] = []
+            for _ in op.calls:
+                try:
+                    replies.append(await conn.read_response())
+                except ResponseError as exc:
+                    replies.append(exc)
+            return replies
+
+        return await self._on_own(None, exchange)
 
     async def _drop(self) -> None:
         for dedicated in self.dedicated.values():
