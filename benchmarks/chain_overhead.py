@@ -73,7 +73,7 @@ def measure(url: str, steps: int, rounds: int, warmup: int) -> dict[str, Times]:
                     sink: Times = {call: [] for call in CALLS}
                     _step(savers[name], threads[name], step, sink if r < 0 else times[name])
         for saver in savers.values():
-            for thread_id in saver.threads():
+            for thread_id in saver.thread_ids():
                 saver.delete_thread(thread_id)
     finally:
         client.close()
