@@ -351,14 +351,10 @@ class _SyncDriven(Generic[T]):
         self.close()
 
 
-class Tail(_SyncDriven[ThreadEvent]):
-    """``saver.tail(...)``: one thread's events, in order. ``position`` is the id of the last
-    event handed over (or skipped): ``saver.tail(thread_id, after=position)`` resumes exactly
-    after it. ``skipped`` counts events reported and skipped."""
+class _ThreadTailView:
+    """What ``Tail`` and ``AsyncTail`` tell of where they are."""
 
-    def __init__(self, saver: RedisStreamSaver, core: ThreadTail) -> None:
-        self._core = core
-        super().__init__(_SyncIO(saver), core.run())
+    _core: ThreadTail
 
     @property
     def position(self) -> str | None:
@@ -369,13 +365,10 @@ class Tail(_SyncDriven[ThreadEvent]):
         return self._core.skipped
 
 
-class TailAll(_SyncDriven[ThreadEvent]):
-    """``saver.tail_all(...)``: every thread's events, through the feeds. ``cursor`` is where
-    it is (after the last event handed over): ``saver.tail_all(after=cursor)`` resumes."""
+class _FeedTailView:
+    """What ``TailAll`` and ``AsyncTailAll`` tell of where they are."""
 
-    def __init__(self, saver: RedisStreamSaver, core: FeedTail) -> None:
-        self._core = core
-        super().__init__(_SyncIO(saver), core.run())
+    _core: FeedTail
 
     @property
     def cursor(self) -> FeedCursor:
@@ -386,29 +379,11 @@ class TailAll(_SyncDriven[ThreadEvent]):
         return self._core.skipped
 
 
-class ConsumerGroup(_SyncDriven[Delivery]):
-    """``saver.consumer_group(...)``: this process's member of a consumer group over every
-    thread's events. Iterate for ``Delivery`` values and ``ack()`` each one handled; one not
-    acknowledged within ``min_idle_ms`` is delivered again (to any member), and one delivered
-    ``max_deliveries`` times is parked. ``close()`` leaves the group: the member is deleted
-    unless entries are still pending for it (``kept_on`` says on how many feeds)."""
+class _GroupView:
+    """What ``ConsumerGroup`` and ``AsyncConsumerGroup`` tell of their member."""
 
-    def __init__(self, saver: RedisStreamSaver, core: GroupReader) -> None:
-        self._core = core
-        self._kept = [0]
-        io = _SyncIO(saver)
-        super().__init__(io, core.run())
-
-    def _finisher(self) -> Callable[[], None] | None:
-        core, io, kept = self._core, self._io, self._kept
-
-        def leave() -> None:
-            try:
-                kept[0] = _drive_sync(core.leave(), io.batch)
-            except _NETWORK:
-                kept[0] = -1  # the server is gone; the others reap this member later
-
-        return leave
+    _core: GroupReader
+    _kept: list[int]
 
     @property
     def kept_on(self) -> int:
@@ -431,6 +406,50 @@ class ConsumerGroup(_SyncDriven[Delivery]):
     def parked(self) -> int:
         """Entries this member parked after ``max_deliveries`` deliveries."""
         return self._core.parked
+
+
+class Tail(_ThreadTailView, _SyncDriven[ThreadEvent]):
+    """``saver.tail(...)``: one thread's events, in order. ``position`` is the id of the last
+    event handed over (or skipped): ``saver.tail(thread_id, after=position)`` resumes exactly
+    after it. ``skipped`` counts events reported and skipped."""
+
+    def __init__(self, saver: RedisStreamSaver, core: ThreadTail) -> None:
+        self._core = core
+        super().__init__(_SyncIO(saver), core.run())
+
+
+class TailAll(_FeedTailView, _SyncDriven[ThreadEvent]):
+    """``saver.tail_all(...)``: every thread's events, through the feeds. ``cursor`` is where
+    it is (after the last event handed over): ``saver.tail_all(after=cursor)`` resumes."""
+
+    def __init__(self, saver: RedisStreamSaver, core: FeedTail) -> None:
+        self._core = core
+        super().__init__(_SyncIO(saver), core.run())
+
+
+class ConsumerGroup(_GroupView, _SyncDriven[Delivery]):
+    """``saver.consumer_group(...)``: this process's member of a consumer group over every
+    thread's events. Iterate for ``Delivery`` values and ``ack()`` each one handled; one not
+    acknowledged within ``min_idle_ms`` is delivered again (to any member), and one delivered
+    ``max_deliveries`` times is parked. ``close()`` leaves the group: the member is deleted
+    unless entries are still pending for it (``kept_on`` says on how many feeds)."""
+
+    def __init__(self, saver: RedisStreamSaver, core: GroupReader) -> None:
+        self._core = core
+        self._kept = [0]
+        io = _SyncIO(saver)
+        super().__init__(io, core.run())
+
+    def _finisher(self) -> Callable[[], None] | None:
+        core, io, kept = self._core, self._io, self._kept
+
+        def leave() -> None:
+            try:
+                kept[0] = _drive_sync(core.leave(), io.batch)
+            except _NETWORK:
+                kept[0] = -1  # the server is gone; the others reap this member later
+
+        return leave
 
     def ack(self, *deliveries: Delivery) -> None:
         """Acknowledge handled deliveries (one round trip); safe from any thread."""
@@ -714,39 +733,23 @@ class _AsyncDriven(Generic[T]):
         await self.aclose()
 
 
-class AsyncTail(_AsyncDriven[ThreadEvent]):
+class AsyncTail(_ThreadTailView, _AsyncDriven[ThreadEvent]):
     """``saver.atail(...)``: the asyncio twin of ``Tail``."""
 
     def __init__(self, saver: AsyncRedisStreamSaver, core: ThreadTail) -> None:
         self._core = core
         super().__init__(_AsyncIO(saver), core.run())
 
-    @property
-    def position(self) -> str | None:
-        return self._core.position
 
-    @property
-    def skipped(self) -> int:
-        return self._core.skipped
-
-
-class AsyncTailAll(_AsyncDriven[ThreadEvent]):
+class AsyncTailAll(_FeedTailView, _AsyncDriven[ThreadEvent]):
     """``saver.atail_all(...)``: the asyncio twin of ``TailAll``."""
 
     def __init__(self, saver: AsyncRedisStreamSaver, core: FeedTail) -> None:
         self._core = core
         super().__init__(_AsyncIO(saver), core.run())
 
-    @property
-    def cursor(self) -> FeedCursor:
-        return self._core.cursor
 
-    @property
-    def skipped(self) -> int:
-        return self._core.skipped
-
-
-class AsyncConsumerGroup(_AsyncDriven[Delivery]):
+class AsyncConsumerGroup(_GroupView, _AsyncDriven[Delivery]):
     """``saver.aconsumer_group(...)``: the asyncio twin of ``ConsumerGroup``."""
 
     def __init__(self, saver: AsyncRedisStreamSaver, core: GroupReader) -> None:
@@ -764,26 +767,6 @@ class AsyncConsumerGroup(_AsyncDriven[Delivery]):
                 kept[0] = -1
 
         return leave
-
-    @property
-    def kept_on(self) -> int:
-        return self._kept[0]
-
-    @property
-    def group(self) -> str:
-        return self._core.group
-
-    @property
-    def consumer(self) -> str:
-        return self._core.consumer
-
-    @property
-    def skipped(self) -> int:
-        return self._core.skipped
-
-    @property
-    def parked(self) -> int:
-        return self._core.parked
 
     async def ack(self, *deliveries: Delivery) -> None:
         for reply in await self._io.batch(self._core.ack_call(deliveries)):
