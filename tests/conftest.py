@@ -22,6 +22,7 @@ import redis.asyncio as aredis
 
 if TYPE_CHECKING:
     from streamsaver import AsyncRedisStreamSaver, RedisStreamSaver
+    from streamsaver.embedded import EmbeddedCluster
 
 DOCKER_IMAGE = "redis:7.2"
 
@@ -173,3 +174,13 @@ async def async_saver(redis_url: str, prefix: str) -> AsyncIterator[AsyncRedisSt
     client = aredis.Redis.from_url(redis_url)
     yield AsyncRedisStreamSaver(client, prefix=prefix)
     await client.aclose()
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[EmbeddedCluster]:
+    """A 3-primary Redis Cluster of local redis-server processes, started once for every test
+    that asks; tests keep apart by key prefix and never stop its nodes."""
+    from streamsaver.embedded import EmbeddedCluster
+
+    with EmbeddedCluster(3) as started:
+        yield started

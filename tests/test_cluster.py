@@ -24,12 +24,6 @@ from tests.test_conformance import SyncDriven, _assert_all_passed
 from tests.test_graphs import assert_same
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[EmbeddedCluster]:
-    with EmbeddedCluster(3) as started:
-        yield started
-
-
 @pytest.fixture
 def saver(cluster: EmbeddedCluster) -> Iterator[RedisStreamSaver]:
     client = RedisCluster.from_url(cluster.url)

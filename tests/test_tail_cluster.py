@@ -20,12 +20,6 @@ from streamsaver.events import ThreadEvent
 from tests.test_tail import in_thread, steps
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[EmbeddedCluster]:
-    with EmbeddedCluster(3) as started:
-        yield started
-
-
 @pytest.fixture
 def saver(cluster: EmbeddedCluster) -> Iterator[RedisStreamSaver]:
     client = RedisCluster.from_url(cluster.url)
