@@ -366,7 +366,7 @@ class Operations:
             self.cache.wrote(
                 (target.thread_id, target.checkpoint_ns),
                 target.checkpoint_id,
-                [(f"{event_id} {name!s}", raw) for name, raw in _write_fields(fields)],
+                [(f"{event_id} {name}", raw) for name, raw in _write_fields(fields)],
             )
 
     def get_tuple(self, config: RunnableConfig) -> Flow[CheckpointTuple | None]:
