@@ -6,6 +6,7 @@ from ._durability import DurabilityError, DurabilityMode
 from ._errors import (
     CorruptIndexError,
     FencedError,
+    IntegrityError,
     InvalidConfigError,
     InvalidInputError,
     InvalidUsageError,
@@ -29,6 +30,7 @@ __all__ = [
     "DurabilityError",
     "DurabilityMode",
     "FencedError",
+    "IntegrityError",
     "InvalidConfigError",
     "InvalidInputError",
     "InvalidUsageError",

@@ -5,7 +5,9 @@ StreamSaverError
 │   ├── InvalidConfigError              a RunnableConfig without what the call needs
 │   └── PayloadTooLargeError            an event beyond ``max_payload_bytes``
 ├── UnsupportedServerError              the Redis server lacks a needed feature
-├── CorruptIndexError                   an index points at an event the log no longer has
+├── IntegrityError                     stored data is incomplete or inconsistent: a read or
+│   │                                   write would otherwise hand back or build partial state
+│   └── CorruptIndexError               an index points at an event the log no longer has
 └── InvalidUsageError (RuntimeError)    a call made where it cannot work (e.g. sync on the loop)
 """
 
@@ -18,6 +20,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 __all__ = [
     "CorruptIndexError",
     "FencedError",
+    "IntegrityError",
     "InvalidConfigError",
     "InvalidInputError",
     "InvalidUsageError",
@@ -88,7 +91,13 @@ class FencedError(StreamSaverError):
     """With fencing on: the thread's latest checkpoint is no longer the parent this writer had."""
 
 
-class CorruptIndexError(StreamSaverError):
+class IntegrityError(StreamSaverError):
+    """What is stored is incomplete or inconsistent (a crash, an eviction, an expiry, a hand-edited
+    log): streamsaver raises this rather than return or build partial state. The message names
+    the thread, namespace, checkpoint and channel or event concerned, and what can repair it."""
+
+
+class CorruptIndexError(IntegrityError):
     """A derived index points at a log entry that is gone. Rebuild the thread's indexes."""
 
 
