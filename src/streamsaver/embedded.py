@@ -48,11 +48,17 @@ def find_redis_server() -> str:
     )
 
 
+# A cluster node also listens on its port + 10000 (the cluster bus), which must be a valid port.
+_MAX_PORT = 65535 - 10000
+
+
 def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("127.0.0.1", 0))
+            port: int = sock.getsockname()[1]
+        if port <= _MAX_PORT:
+            return port
 
 
 def _log_tail(directory: str, lines: int = 20) -> str:
