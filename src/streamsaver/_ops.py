@@ -406,6 +406,8 @@ class Operations:
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> ListFlow:
+        """``list`` (see ``RedisStreamSaver.list`` for the order): each thread in turn, one
+        list.lua page at a time, each page going on from the previous page's cursor."""
         if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool)):
             raise InvalidInputError(f"limit must be an int or None, got {limit!r}")
         match, nulls = _filter_args(filter)
