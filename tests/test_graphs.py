@@ -482,3 +482,34 @@ async def test_stateful_interrupt_async(asaver: AsyncRedisStreamSaver) -> None:
     ref = await graphs.astateful_interrupt(InMemorySaver())
     check_stateful_interrupt(ref)
     assert_same(await graphs.astateful_interrupt(asaver), ref)
+
+
+def check_subgraph_time_travel(obs: Observed) -> None:
+    asked = [{"ask": "child needs input", "note": "seen 2"}]
+    assert interrupt_values(obs["run1"]["__interrupt__"]) == asked
+    # replaying the parent's step into the child runs the child again from its start
+    assert interrupt_values(obs["replay_run"]["__interrupt__"]) == asked
+    [task] = obs["replay_state"]["tasks"]
+    assert task["state"]["next"] == ("child_ask",)
+    assert obs["replay_resumed"]["items"][-3:] == [
+        "child-answer:second",
+        "child-finish",
+        "parent-after:7",
+    ]
+    assert obs["fork_state"]["metadata"]["source"] == "update"
+    fork_asked = [{"ask": "child needs input", "note": "seen 3"}]
+    assert interrupt_values(obs["fork_run"]["__interrupt__"]) == fork_asked
+    assert obs["fork_resumed"]["items"][-1] == "parent-after:9"
+    assert len(obs["history"]) == 11
+
+
+def test_subgraph_time_travel(saver: RedisStreamSaver) -> None:
+    ref = graphs.subgraph_time_travel(InMemorySaver())
+    check_subgraph_time_travel(ref)
+    assert_same(graphs.subgraph_time_travel(saver), ref)
+
+
+async def test_subgraph_time_travel_async(asaver: AsyncRedisStreamSaver) -> None:
+    ref = await graphs.asubgraph_time_travel(InMemorySaver())
+    check_subgraph_time_travel(ref)
+    assert_same(await graphs.asubgraph_time_travel(asaver), ref)

@@ -71,9 +71,15 @@ def _cases(ids: list[str]) -> list[tuple[Any, dict[str, Any]]]:
                 (config, {"before": before, "limit": 5}),
                 (config, {"before": before, "filter": {"source": "input"}, "limit": 4}),
             ]
-    # an exact id with no namespace: every namespace that holds it
+    # an exact id with no namespace: every namespace that holds it (ids[-5] is the newest
+    # checkpoint of t-b's second last namespace)
     exact = {"configurable": {"thread_id": "t-b", "checkpoint_id": ids[-5]}}
     cases.append((exact, {}))
+    in_ns = {"configurable": {**exact["configurable"], "checkpoint_ns": NAMESPACES[-2]}}
+    # an exact id and a bound both apply: nothing when the id is not below the bound
+    for config in (exact, in_ns):
+        for bound in (ids[-5], ids[-4]):
+            cases.append((config, {"before": {"configurable": {"checkpoint_id": bound}}}))
     return cases
 
 
