@@ -1,8 +1,10 @@
--- One page of list(): checkpoints newest first, each in read.lua's shape, after a cursor.
+-- One page of list(): checkpoints namespace by namespace (see below), newest first within
+-- each, each in read.lua's shape, after a cursor.
 -- KEYS: log ix ptr
 -- ARGV: [1] lp(ns), or '' for every namespace   [2] exact checkpoint id or ''
 --       [3] before: only ids strictly lower, or ''   [4] page size
---       [5] cursor: the last member the previous page looked at, or ''
+--       [5] cursor: the last member the previous page looked at, or 'c' .. lp(ns) when it
+--           stopped on entering ns, or ''
 --       [6] msgpack map of metadata that must be equal, or ''   [7] msgpack list of keys that
 --       must be absent or null, or ''   [8] '' or, with a namespace, msgpack [channel, version,
 --       head, ...] of list values the client holds (as in get.lua)
