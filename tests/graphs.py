@@ -12,7 +12,9 @@ may legitimately differ:
   if the same ids appear in the same places (a parent config must point to the
   same snapshot of the history, a ``parents`` map to the same checkpoint, an
   interrupt id in ``__interrupt__`` to the same pending interrupt, ...);
-* ``created_at`` timestamps are dropped.
+* ``created_at`` timestamps are dropped;
+* the checkpointer object a subgraph's empty state carries in its config is
+  ``<checkpointer>``.
 
 Nothing else is normalized: values, ``next``, metadata (``source``, ``step``,
 ...), task results and errors, the number and order of snapshots must match.
@@ -31,7 +33,7 @@ from collections.abc import Callable, Coroutine, Mapping
 from typing import Annotated, Any, TypeVar
 
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command, Interrupt, PregelTask, Send, StateSnapshot, interrupt
@@ -75,6 +77,9 @@ class Normalizer:
             return {"interrupt": self(obj.value), "id": self(obj.id)}
         if isinstance(obj, BaseException):
             return {"error": repr(obj)}
+        if isinstance(obj, BaseCheckpointSaver):
+            # a subgraph's empty state names the saver itself in its config
+            return "<checkpointer>"
         if isinstance(obj, Send):
             return {"send": obj.node, "arg": self(obj.arg)}
         if isinstance(obj, str):
@@ -141,6 +146,27 @@ class Api:
     ) -> RunnableConfig:
         return self.graph.update_state(config, values, as_node=as_node)
 
+    async def checkpoints(self, config: RunnableConfig | None, **kw: Any) -> list[Any]:
+        """The checkpointer's own ``list``: unlike the history, it spans every namespace."""
+        return [_listed(c) for c in self._saver.list(config, **kw)]
+
+    @property
+    def _saver(self) -> BaseCheckpointSaver[Any]:
+        saver = self.graph.checkpointer
+        assert isinstance(saver, BaseCheckpointSaver), saver
+        return saver
+
+
+def _listed(item: CheckpointTuple) -> dict[str, Any]:
+    # what two savers must agree on; checkpoint timestamps and version strings may differ
+    return {
+        "config": item.config,
+        "parent_config": item.parent_config,
+        "metadata": item.metadata,
+        "values": item.checkpoint["channel_values"],
+        "writes": item.pending_writes,
+    }
+
 
 class AsyncApi(Api):
     async def invoke(self, inp: Any, config: RunnableConfig, **kw: Any) -> Any:
@@ -159,6 +185,9 @@ class AsyncApi(Api):
         self, config: RunnableConfig, values: Any, as_node: str | None = None
     ) -> RunnableConfig:
         return await self.graph.aupdate_state(config, values, as_node=as_node)
+
+    async def checkpoints(self, config: RunnableConfig | None, **kw: Any) -> list[Any]:
+        return [_listed(c) async for c in self._saver.alist(config, **kw)]
 
 
 ApiFactory = Callable[[Graph], Api]
@@ -737,3 +766,198 @@ async def astreamed_review(
     checkpointer: BaseCheckpointSaver[Any], durability: Durability = None
 ) -> Observed:
     return await _streamed_review(checkpointer, ASYNC, durability)
+
+
+# --------------------------------------------------------------------------- #
+# 9. stateful subgraphs (checkpointer=True): replay, fork, time travel, interrupt
+# --------------------------------------------------------------------------- #
+
+
+class DeskState(TypedDict):
+    topic: str
+    summary: str
+    log: Annotated[list[str], operator.add]
+
+
+class ClerkState(TypedDict):
+    topic: str
+    summary: str
+    # only the clerk has it: it grows across parent runs because the clerk keeps its own
+    # checkpoints, so a replay that restores the wrong clerk checkpoint shows here
+    visits: Annotated[list[str], operator.add]
+
+
+def build_stateful(checkpointer: BaseCheckpointSaver[Any], *, ask: bool = False) -> Graph:
+    def visit(state: ClerkState) -> dict[str, Any]:
+        return {"visits": [f"visit:{state['topic']}"]}
+
+    def confirm(state: ClerkState) -> dict[str, Any]:
+        answer = interrupt({"confirm": state["topic"], "visits": state["visits"]})
+        return {"visits": [f"answer:{answer}"]}
+
+    def sum_up(state: ClerkState) -> dict[str, Any]:
+        return {"summary": ",".join(state["visits"])}
+
+    clerk = StateGraph(ClerkState)
+    clerk.add_node("visit", visit)
+    clerk.add_node("sum_up", sum_up)
+    clerk.add_edge(START, "visit")
+    if ask:
+        clerk.add_node("confirm", confirm)
+        clerk.add_edge("visit", "confirm")
+        clerk.add_edge("confirm", "sum_up")
+    else:
+        clerk.add_edge("visit", "sum_up")
+    clerk.add_edge("sum_up", END)
+    clerk_graph = clerk.compile(checkpointer=True)
+
+    def intake(state: DeskState) -> dict[str, Any]:
+        return {"log": [f"intake:{state['topic']}"]}
+
+    def report(state: DeskState) -> dict[str, Any]:
+        return {"log": [f"report:{state['summary']}"]}
+
+    desk = StateGraph(DeskState)
+    desk.add_node("intake", intake)
+    desk.add_node("clerk", clerk_graph)
+    desk.add_node("report", report)
+    desk.add_edge(START, "intake")
+    desk.add_edge("intake", "clerk")
+    desk.add_edge("clerk", "report")
+    desk.add_edge("report", END)
+    return desk.compile(checkpointer=checkpointer)
+
+
+def _clerk(thread_id: str) -> RunnableConfig:
+    return {"configurable": {"thread_id": thread_id, "checkpoint_ns": "clerk"}}
+
+
+async def _whole_thread(g: Api, thread_id: str, obs: Observed, norm: Normalizer) -> None:
+    """The checkpointer's list over every namespace, with limit and before."""
+    cfg = thread(thread_id)
+    every = await g.checkpoints(cfg)
+    obs["list"] = norm(every)
+    obs["list_limit_3"] = norm(await g.checkpoints(cfg, limit=3))
+    # a limit that ends inside the second namespace
+    obs["list_limit_past_root"] = norm(await g.checkpoints(cfg, limit=len(every) // 2 + 3))
+    for name, item in (("root", every[len(every) // 3]), ("clerk", every[-2])):
+        # a bound is only an id: LangGraph passes one from another namespace, no thread_id
+        bound = {"configurable": {"checkpoint_id": item["config"]["configurable"]["checkpoint_id"]}}
+        before = await g.checkpoints(cfg, before=bound)
+        obs[f"list_before_{name}"] = norm(before)
+        obs[f"list_before_{name}_limit"] = norm(
+            await g.checkpoints(cfg, before=bound, limit=max(1, len(before) - 2))
+        )
+    clerk_id = every[-3]["config"]["configurable"]["checkpoint_id"]
+    exact: RunnableConfig = {"configurable": {"thread_id": thread_id, "checkpoint_id": clerk_id}}
+    obs["list_exact"] = norm(await g.checkpoints(exact))
+    obs["list_loop"] = norm(await g.checkpoints(cfg, filter={"source": "loop"}, limit=5))
+    obs["list_clerk"] = norm(await g.checkpoints(_clerk(thread_id)))
+
+
+async def _stateful_replay(cp: BaseCheckpointSaver[Any], api: ApiFactory) -> Observed:
+    g = api(build_stateful(cp))
+    norm = Normalizer()
+    cfg = thread("stateful")
+    obs: Observed = {}
+    obs["run1"] = norm(await g.invoke({"topic": "a", "summary": "", "log": []}, cfg))
+    obs["run2"] = norm(await g.invoke({"topic": "b"}, cfg))
+    history = await g.history(cfg)
+    obs["history_before_replay"] = norm(history)
+    obs["clerk_state_before_replay"] = norm(await g.get_state(_clerk("stateful")))
+    # run2's checkpoint about to run the clerk: the clerk must start from what it had then
+    replay_from = next(s for s in history if s.next == ("clerk",))
+    obs["replay_from_subgraphs"] = norm(await g.get_state(replay_from.config, subgraphs=True))
+    obs["replay_run"] = norm(await g.invoke(None, replay_from.config))
+    obs["clerk_after_replay"] = norm(await g.get_state(_clerk("stateful")))
+    # fork that same checkpoint with another topic
+    fork_config = await g.update_state(replay_from.config, {"topic": "forked"})
+    obs["fork_state"] = norm(await g.get_state(fork_config, subgraphs=True))
+    obs["fork_run"] = norm(await g.invoke(None, fork_config))
+    obs["clerk_after_fork"] = norm(await g.get_state(_clerk("stateful")))
+    # time travel to run1's first step, before the clerk ever ran: it starts empty
+    first = [s for s in history if s.next == ("intake",)][-1]
+    obs["travel_run"] = norm(await g.invoke(None, first.config))
+    obs["state"] = norm(await g.get_state(cfg, subgraphs=True))
+    obs["history"] = norm(await g.history(cfg))
+    obs["clerk_state"] = norm(await g.get_state(_clerk("stateful")))
+    obs["clerk_history"] = norm(await g.history(_clerk("stateful")))
+    await _whole_thread(g, "stateful", obs, norm)
+    return obs
+
+
+def stateful_replay(checkpointer: BaseCheckpointSaver[Any]) -> Observed:
+    return run_sync(_stateful_replay(checkpointer, SYNC))
+
+
+async def astateful_replay(checkpointer: BaseCheckpointSaver[Any]) -> Observed:
+    return await _stateful_replay(checkpointer, ASYNC)
+
+
+async def _stateful_interrupt(cp: BaseCheckpointSaver[Any], api: ApiFactory) -> Observed:
+    g = api(build_stateful(cp, ask=True))
+    norm = Normalizer()
+    cfg = thread("stateful-ask")
+    obs: Observed = {}
+    obs["run1"] = norm(
+        await g.stream(
+            {"topic": "a", "summary": "", "log": []}, cfg, stream_mode="updates", subgraphs=True
+        )
+    )
+    obs["state1"] = norm(await g.get_state(cfg, subgraphs=True))
+    obs["clerk_state1"] = norm(await g.get_state(_clerk("stateful-ask")))
+    obs["run2"] = norm(await g.invoke(Command(resume="yes"), cfg))
+    obs["run3"] = norm(await g.invoke({"topic": "b"}, cfg))
+    obs["state3"] = norm(await g.get_state(cfg, subgraphs=True))
+    obs["run4"] = norm(await g.invoke(Command(resume="no"), cfg))
+    history = await g.history(cfg)
+    obs["history_before_replay"] = norm(history)
+    # replay run3's step into the clerk: it interrupts again, on the clerk's state of then
+    replay_from = next(s for s in history if s.next == ("clerk",))
+    obs["replay_run"] = norm(await g.invoke(None, replay_from.config))
+    obs["replay_state"] = norm(await g.get_state(cfg, subgraphs=True))
+    obs["replay_resumed"] = norm(await g.invoke(Command(resume="again"), cfg))
+    obs["state"] = norm(await g.get_state(cfg, subgraphs=True))
+    obs["history"] = norm(await g.history(cfg))
+    obs["clerk_history"] = norm(await g.history(_clerk("stateful-ask")))
+    await _whole_thread(g, "stateful-ask", obs, norm)
+    return obs
+
+
+def stateful_interrupt(checkpointer: BaseCheckpointSaver[Any]) -> Observed:
+    return run_sync(_stateful_interrupt(checkpointer, SYNC))
+
+
+async def astateful_interrupt(checkpointer: BaseCheckpointSaver[Any]) -> Observed:
+    return await _stateful_interrupt(checkpointer, ASYNC)
+
+
+async def _subgraph_time_travel(cp: BaseCheckpointSaver[Any], api: ApiFactory) -> Observed:
+    """Replay and fork a parent whose subgraph (one namespace per call) interrupts."""
+    g = api(build_nested(cp))
+    norm = Normalizer()
+    cfg = thread("nested-travel")
+    obs: Observed = {}
+    obs["run1"] = norm(await g.invoke({"items": ["input"]}, cfg))
+    obs["run2"] = norm(await g.invoke(Command(resume="first"), cfg))
+    history = await g.history(cfg)
+    obs["history_before_replay"] = norm(history)
+    into_child = next(s for s in history if s.next == ("child",))
+    obs["replay_run"] = norm(await g.invoke(None, into_child.config))
+    obs["replay_state"] = norm(await g.get_state(cfg, subgraphs=True))
+    obs["replay_resumed"] = norm(await g.invoke(Command(resume="second"), cfg))
+    fork_config = await g.update_state(into_child.config, {"items": ["forked"]})
+    obs["fork_state"] = norm(await g.get_state(fork_config, subgraphs=True))
+    obs["fork_run"] = norm(await g.invoke(None, fork_config))
+    obs["fork_resumed"] = norm(await g.invoke(Command(resume="third"), cfg))
+    obs["state"] = norm(await g.get_state(cfg, subgraphs=True))
+    obs["history"] = norm(await g.history(cfg))
+    return obs
+
+
+def subgraph_time_travel(checkpointer: BaseCheckpointSaver[Any]) -> Observed:
+    return run_sync(_subgraph_time_travel(checkpointer, SYNC))
+
+
+async def asubgraph_time_travel(checkpointer: BaseCheckpointSaver[Any]) -> Observed:
+    return await _subgraph_time_travel(checkpointer, ASYNC)

@@ -395,3 +395,121 @@ async def test_streamed_review_async(asaver: AsyncRedisStreamSaver, durability: 
     ref = await graphs.astreamed_review(InMemorySaver(), durability)
     check_streamed_review(ref)
     assert_same(await graphs.astreamed_review(asaver, durability), ref)
+
+
+# --------------------------------------------------------------------------- #
+# 9. stateful subgraphs (checkpointer=True): replay, fork, time travel, interrupt;
+#    the checkpointer's list across namespaces
+# --------------------------------------------------------------------------- #
+
+
+def namespaces(listed: list[dict[str, Any]]) -> list[str]:
+    return [c["config"]["configurable"]["checkpoint_ns"] for c in listed]
+
+
+def check_whole_thread(obs: Observed, root: int, clerk: int) -> None:
+    every = obs["list"]
+    # the root namespace first, then the subgraph's, newest first within each
+    assert namespaces(every) == [""] * root + ["clerk"] * clerk
+    assert [c for c in every if c["config"]["configurable"]["checkpoint_ns"] == "clerk"] == obs[
+        "list_clerk"
+    ]
+    assert obs["list_limit_3"] == every[:3]
+    assert obs["list_limit_past_root"] == every[: len(every) // 2 + 3]
+    assert namespaces(obs["list_limit_past_root"])[-1] == "clerk"
+    for name in ("root", "clerk"):
+        before = obs[f"list_before_{name}"]
+        assert before and set(namespaces(before)) == {"", "clerk"}
+        assert obs[f"list_before_{name}_limit"] == before[: max(1, len(before) - 2)]
+    assert namespaces(obs["list_exact"]) == ["clerk"]
+    assert obs["list_loop"] == [c for c in every if c["metadata"]["source"] == "loop"][:5]
+
+
+def check_stateful_replay(obs: Observed) -> None:
+    assert obs["run2"]["summary"] == "visit:a,visit:b"
+    # replaying run2's clerk step restores the clerk as it was before that step
+    assert obs["replay_run"] == obs["run2"]
+    assert obs["clerk_after_replay"]["values"]["visits"] == ["visit:a", "visit:b"]
+    [task] = obs["replay_from_subgraphs"]["tasks"]
+    assert task["state"]["values"]["visits"] == ["visit:a", "visit:b"]
+    assert obs["fork_state"]["metadata"]["source"] == "update"
+    assert obs["fork_run"]["summary"] == "visit:a,visit:forked"
+    # before the clerk first ran, it had no checkpoint: it starts empty
+    assert obs["travel_run"] == obs["run1"]
+    assert obs["clerk_state"]["values"]["visits"] == ["visit:a"]
+    assert len(obs["history"]) == 20
+    assert len(obs["clerk_history"]) == 20
+    check_whole_thread(obs, 20, 20)
+
+
+def test_stateful_replay(saver: RedisStreamSaver) -> None:
+    ref = graphs.stateful_replay(InMemorySaver())
+    check_stateful_replay(ref)
+    assert_same(graphs.stateful_replay(saver), ref)
+
+
+async def test_stateful_replay_async(asaver: AsyncRedisStreamSaver) -> None:
+    ref = await graphs.astateful_replay(InMemorySaver())
+    check_stateful_replay(ref)
+    assert_same(await graphs.astateful_replay(asaver), ref)
+
+
+def check_stateful_interrupt(obs: Observed) -> None:
+    [task] = obs["state1"]["tasks"]
+    assert task["state"]["next"] == ("confirm",)
+    assert interrupt_values(task["interrupts"]) == [{"confirm": "a", "visits": ["visit:a"]}]
+    assert obs["clerk_state1"]["values"]["visits"] == ["visit:a"]
+    assert obs["run4"]["summary"] == "visit:a,answer:yes,visit:b,answer:no"
+    # the replayed step interrupts again, on the clerk's state of before that step
+    assert interrupt_values(obs["replay_run"]["__interrupt__"]) == [
+        {"confirm": "b", "visits": ["visit:a", "answer:yes", "visit:b"]}
+    ]
+    [task] = obs["replay_state"]["tasks"]
+    assert task["state"]["next"] == ("confirm",)
+    assert obs["replay_resumed"]["summary"] == "visit:a,answer:yes,visit:b,answer:again"
+    assert len(obs["history"]) == 13
+    assert len(obs["clerk_history"]) == 15
+    check_whole_thread(obs, 13, 15)
+
+
+def test_stateful_interrupt(saver: RedisStreamSaver) -> None:
+    ref = graphs.stateful_interrupt(InMemorySaver())
+    check_stateful_interrupt(ref)
+    assert_same(graphs.stateful_interrupt(saver), ref)
+
+
+async def test_stateful_interrupt_async(asaver: AsyncRedisStreamSaver) -> None:
+    ref = await graphs.astateful_interrupt(InMemorySaver())
+    check_stateful_interrupt(ref)
+    assert_same(await graphs.astateful_interrupt(asaver), ref)
+
+
+def check_subgraph_time_travel(obs: Observed) -> None:
+    asked = [{"ask": "child needs input", "note": "seen 2"}]
+    assert interrupt_values(obs["run1"]["__interrupt__"]) == asked
+    # replaying the parent's step into the child runs the child again from its start
+    assert interrupt_values(obs["replay_run"]["__interrupt__"]) == asked
+    [task] = obs["replay_state"]["tasks"]
+    assert task["state"]["next"] == ("child_ask",)
+    assert obs["replay_resumed"]["items"][-3:] == [
+        "child-answer:second",
+        "child-finish",
+        "parent-after:7",
+    ]
+    assert obs["fork_state"]["metadata"]["source"] == "update"
+    fork_asked = [{"ask": "child needs input", "note": "seen 3"}]
+    assert interrupt_values(obs["fork_run"]["__interrupt__"]) == fork_asked
+    assert obs["fork_resumed"]["items"][-1] == "parent-after:9"
+    assert len(obs["history"]) == 11
+
+
+def test_subgraph_time_travel(saver: RedisStreamSaver) -> None:
+    ref = graphs.subgraph_time_travel(InMemorySaver())
+    check_subgraph_time_travel(ref)
+    assert_same(graphs.subgraph_time_travel(saver), ref)
+
+
+async def test_subgraph_time_travel_async(asaver: AsyncRedisStreamSaver) -> None:
+    ref = await graphs.asubgraph_time_travel(InMemorySaver())
+    check_subgraph_time_travel(ref)
+    assert_same(await graphs.asubgraph_time_travel(asaver), ref)

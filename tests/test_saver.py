@@ -442,3 +442,31 @@ def test_re_putting_a_checkpoint_id_keeps_one_checkpoint_and_the_last_record(
     assert listed[0].checkpoint["channel_values"] == {"a": 1}
     # the log keeps both puts: it records what happened, the index what is current
     assert redis_client.xlen(thread_keys(sync_saver.prefix, "t").log) == 2
+
+
+def test_before_is_an_id_bound_from_any_namespace(sync_saver: RedisStreamSaver) -> None:
+    # LangGraph's subgraph replay lists a subgraph namespace before a parent checkpoint's id,
+    # with no thread_id in the bound (langgraph/_internal/_replay.py)
+    first = _put(sync_saver, "t", "sub")
+    parent = _put(sync_saver, "t")
+    _put(sync_saver, "t", "sub", parent=first)
+    bound = {"configurable": {"checkpoint_id": parent["configurable"]["checkpoint_id"]}}
+    found = list(sync_saver.list(generate_config("t", checkpoint_ns="sub"), before=bound, limit=1))
+    assert [c.config for c in found] == [first]
+
+
+@pytest.mark.parametrize(
+    "before",
+    [
+        {"configurable": {}},
+        {"configurable": {"checkpoint_id": ""}},
+        {},
+        "id-1",
+        {"configurable": 1},
+    ],
+)
+def test_a_before_without_a_checkpoint_id_is_refused(
+    sync_saver: RedisStreamSaver, before: Any
+) -> None:
+    with pytest.raises(InvalidConfigError, match="before names no checkpoint_id"):
+        list(sync_saver.list(generate_config("t"), before=before))

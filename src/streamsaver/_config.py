@@ -10,7 +10,7 @@ from langchain_core.runnables import RunnableConfig
 
 from ._errors import InvalidConfigError
 
-__all__ = ["Target", "make_config", "target_of"]
+__all__ = ["Target", "before_id", "make_config", "target_of"]
 
 _EXAMPLE = "{'configurable': {'thread_id': 'my-thread'}}"
 
@@ -64,6 +64,22 @@ def target_of(config: object) -> Target:
     ns = _optional_str(conf, "checkpoint_ns", "") or ""
     checkpoint_id = _optional_str(conf, "checkpoint_id", None) or None
     return Target(thread_id, ns, checkpoint_id)
+
+
+def before_id(before: object) -> str | None:
+    """The id bound of ``list(before=...)``. It is only an id: LangGraph's subgraph replay
+    passes ``{'configurable': {'checkpoint_id': <a parent checkpoint's id>}}``, with no
+    thread_id and an id from another namespace, so neither is looked at."""
+    if before is None:
+        return None
+    conf = before.get("configurable") if isinstance(before, Mapping) else None
+    checkpoint_id = conf.get("checkpoint_id") if isinstance(conf, Mapping) else None
+    if not isinstance(checkpoint_id, str) or not checkpoint_id:
+        raise InvalidConfigError(
+            f"before names no checkpoint_id: {before!r}; pass None for no bound, or a config "
+            f"such as {{'configurable': {{'checkpoint_id': '<id>'}}}} (list returns ids below it)"
+        )
+    return checkpoint_id
 
 
 def make_config(thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> RunnableConfig:

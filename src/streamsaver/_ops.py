@@ -27,7 +27,7 @@ from langgraph.checkpoint.base import (
 
 from ._chain import CHAIN_FIELDS
 from ._codec import _SHARED, CheckpointEvent, Codec, Field, Held, _check_metadata
-from ._config import _configurable, make_config, target_of, thread_id_str
+from ._config import _configurable, before_id, make_config, target_of, thread_id_str
 from ._delta import DeltaCache, Known, Written
 from ._durability import Durability
 from ._errors import InvalidConfigError, InvalidInputError, UnsupportedServerError
@@ -406,10 +406,12 @@ class Operations:
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> ListFlow:
+        """``list`` (see ``RedisStreamSaver.list`` for the order): each thread in turn, one
+        list.lua page at a time, each page going on from the previous page's cursor."""
         if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool)):
             raise InvalidInputError(f"limit must be an int or None, got {limit!r}")
         match, nulls = _filter_args(filter)
-        before_id = target_of(before).checkpoint_id if before is not None else None
+        bound = before_id(before)
         if config is None:
             threads = yield from self._threads_for(("meta", match))
             ns: str | None = None
@@ -431,7 +433,7 @@ class Operations:
                     (
                         "" if ns is None else lp(ns),
                         exact or "",
-                        before_id or "",
+                        bound or "",
                         page,
                         cursor,
                         match,

@@ -260,6 +260,17 @@ class AsyncRedisStreamSaver(StreamSaverBase):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
+        """Checkpoints matching ``config``, ``filter`` and ``before``, at most ``limit``.
+
+        Order: with ``checkpoint_ns``, that namespace newest first; without, the root
+        namespace first, then each subgraph namespace, newest first within each, as
+        InMemorySaver lists them (it orders subgraph namespaces by first use, no index keeps
+        that: here they follow their length-prefixed bytes); with ``config=None``, threads by
+        id, each in that order.
+        ``before`` is only an id bound, ``{"configurable": {"checkpoint_id": X}}``: ids below X
+        in every namespace listed, wherever X came from (LangGraph's subgraph replay passes a
+        parent checkpoint's id with no thread_id). One round trip per page of 100.
+        """
         if self.server_version is None:
             await self.asetup()
         flow = self._ops.list(config, filter=filter, before=before, limit=limit)

@@ -1,8 +1,10 @@
--- One page of list(): checkpoints newest first, each in read.lua's shape, after a cursor.
+-- One page of list(): checkpoints namespace by namespace (see below), newest first within
+-- each, each in read.lua's shape, after a cursor.
 -- KEYS: log ix ptr
 -- ARGV: [1] lp(ns), or '' for every namespace   [2] exact checkpoint id or ''
 --       [3] before: only ids strictly lower, or ''   [4] page size
---       [5] cursor: the last member the previous page looked at, or ''
+--       [5] cursor: the last member the previous page looked at, or 'c' .. lp(ns) when it
+--           stopped on entering ns, or ''
 --       [6] msgpack map of metadata that must be equal, or ''   [7] msgpack list of keys that
 --       must be absent or null, or ''   [8] '' or, with a namespace, msgpack [channel, version,
 --       head, ...] of list values the client holds (as in get.lua)
@@ -64,17 +66,6 @@ local function matches(f)
   return true
 end
 
-local lo, hi = '[c' .. p, '[c' .. p .. '\255'
-if p ~= '' and exact ~= '' then
-  lo = '[c' .. p .. exact
-  hi = lo
-elseif p ~= '' and before ~= '' then
-  hi = '(c' .. p .. before
-end
-if cursor ~= '' then
-  hi = '(' .. cursor
-end
-
 local picked, cache = {}, {}
 
 local function finish(cursor_out)
@@ -105,31 +96,80 @@ local function finish(cursor_out)
   return out
 end
 
--- Lua builds a string for every member fetched: the first batch asks for one page, which an
--- unfiltered list fills; only a filter that skips members goes on in bigger batches.
-local scanned, want = 0, size
-while true do
-  local batch = redis.call('ZREVRANGEBYLEX', KEYS[2], hi, lo, 'LIMIT', 0, want)
-  want = 100
-  if #batch == 0 then
-    return finish('')
-  end
-  for _, m in ipairs(batch) do
-    scanned = scanned + 1
-    local _, cid = split_lp(string.sub(m, 2))
-    local wanted = true
-    if p == '' then
-      wanted = (exact == '' or cid == exact) and (before == '' or bytes_lt(cid, before))
+-- The lex range of namespace q's (an lp()) members that the call wants, or nil for none.
+-- Members sort by id within a namespace; \255 never occurs in UTF-8, so it is above every id.
+local function bounds(q)
+  local base = 'c' .. q
+  if exact ~= '' then
+    if before ~= '' and not bytes_lt(exact, before) then
+      return nil
     end
-    if wanted then
+    return '[' .. base .. exact, '[' .. base .. exact
+  elseif before ~= '' then
+    return '[' .. base, '(' .. base .. before
+  end
+  return '[' .. base, '[' .. base .. '\255'
+end
+
+-- 'c' .. lp(ns) .. id -> lp(ns)
+local function ns_of(m)
+  return lp((split_lp(string.sub(m, 2))))
+end
+
+-- The namespace after q in the index (the first one when q is nil), or nil. Every namespace
+-- in the index has a member, so this is one O(log n) lookup, whatever the thread holds.
+local function next_ns(q)
+  local lo = q and ('(c' .. q .. '\255') or '[c'
+  local r = redis.call('ZRANGEBYLEX', KEYS[2], lo, '(d', 'LIMIT', 0, 1)
+  return r[1] and ns_of(r[1])
+end
+
+-- Every namespace ('' in ARGV[1]) is read one namespace after another in the index's order,
+-- newest first within each: lp('') = '0:' sorts below every other lp(), so the root namespace
+-- comes first, as with InMemorySaver (then subgraph namespaces by lp(ns) bytes). A cursor
+-- names its namespace, so a page is O(log n) per namespace it enters and per member.
+local q, from = p, cursor
+if p == '' then
+  q = cursor ~= '' and ns_of(cursor) or next_ns(nil)
+end
+-- Lua builds a string for every member fetched: the first batch asks for what the page still
+-- needs, which an unfiltered list fills; only a filter that skips members goes on in bigger
+-- batches. Entering a namespace counts as a member scanned, so a bound that leaves many
+-- namespaces empty cannot block the server for long either.
+local scanned = 0
+while q ~= nil do
+  local lo, hi = bounds(q)
+  if lo ~= nil and from ~= '' then
+    hi = '(' .. from
+  end
+  from = ''
+  local want = size - #picked
+  while lo ~= nil do
+    local batch = redis.call('ZREVRANGEBYLEX', KEYS[2], hi, lo, 'LIMIT', 0, want)
+    for _, m in ipairs(batch) do
+      scanned = scanned + 1
       local eid, f = checkpoint_event(KEYS[1], KEYS[3], m, cache)
       if eid ~= nil and matches(f) then
         picked[#picked + 1] = {eid, f}
       end
+      if #picked >= size or scanned >= SCAN_CAP then
+        return finish(m)
+      end
     end
-    if #picked >= size or scanned >= SCAN_CAP then
-      return finish(m)
+    if #batch < want then
+      break
     end
+    hi = '(' .. batch[#batch]
+    want = 100
   end
-  hi = '(' .. batch[#batch]
+  if p ~= '' then
+    break
+  end
+  scanned = scanned + 1
+  if scanned >= SCAN_CAP then
+    -- below every member of q: the next page starts at the namespace after it
+    return finish('c' .. q)
+  end
+  q = next_ns(q)
 end
+return finish('')
