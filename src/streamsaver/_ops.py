@@ -481,12 +481,15 @@ class Operations:
             return 0
         deleted = 0
         for thread_id in (yield from self._threads_for(("runs", *runs))):
-            deleted += yield Eval(
+            reply = yield Eval(
                 "delete_runs",
                 self.appending(self.keys(thread_id)),
                 (*self._appending_args(), thread_id, *runs),
                 write=True,
             )
+            if isinstance(reply, builtins.list):
+                raise _delta_dependency(thread_id, runs, [_text(x) for x in reply[1:]])
+            deleted += reply
         return deleted
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> Flow[int]:
@@ -646,6 +649,17 @@ def _write_fields(fields: Sequence[Field]) -> Iterator[tuple[str, bytes]]:
             and isinstance(raw, bytes)
         ):
             yield name, raw
+
+
+def _delta_dependency(thread_id: str, runs: Sequence[str], found: Sequence[str]) -> Exception:
+    ns, survivor, survivor_run, ancestor, ancestor_run = found
+    return InvalidInputError(
+        f"delete_for_runs({list(runs)!r}) would delete checkpoint {ancestor!r} (run "
+        f"{ancestor_run!r}) of thread {thread_id!r}, namespace {ns!r}, whose writes the "
+        f"DeltaChannels of the kept checkpoint {survivor!r} (run {survivor_run!r}) rebuild "
+        f"from; nothing of this thread was deleted. Delete run {survivor_run!r} too, or the "
+        f"whole thread (delete_thread)"
+    )
 
 
 def _is_value(name: bytes) -> bool:

@@ -205,6 +205,11 @@ local function compact(log, ix, ptr, feed, maxlen, keep, extra)
     end
   end
   local members, latest = kept_members(ix, keep, new)
+  if keep > 0 then
+    -- keep 0 keeps every live checkpoint: delete_runs checked that none it keeps needs one it
+    -- drops (delta.lua)
+    members = with_delta_ancestors(log, ptr, members, extra, cache)
+  end
   local is_kept = {}
   for _, m in ipairs(members) do
     local eid, f = checkpoint_event(log, ptr, m, cache)

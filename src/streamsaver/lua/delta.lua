@@ -114,3 +114,32 @@ local function delta_ancestors(log, ptr, f, cache, into)
     into['c' .. p .. a.id] = true
   end)
 end
+
+-- Compaction (compact.lua) keeps `members`, and appends the checkpoints among `extra`: a kept
+-- checkpoint that is not a DeltaChannel seed still reads its ancestors' writes, so those
+-- ancestors (and their pending writes) are kept too, back to each channel's seed. This is the
+-- first of the remedies BaseCheckpointSaver.prune documents; the others need the channels'
+-- reducers, which only LangGraph has. Returns members with the ancestors added.
+local function with_delta_ancestors(log, ptr, members, extra, cache)
+  local kept, needed = {}, {}
+  for _, m in ipairs(members) do
+    kept[m] = true
+    local _, f = checkpoint_event(log, ptr, m, cache)
+    if f then
+      delta_ancestors(log, ptr, f, cache, needed)
+    end
+  end
+  for _, ev in ipairs(extra or {}) do
+    local f = fields_of(ev)
+    if f.k == 'checkpoint' then
+      delta_ancestors(log, ptr, f, cache, needed)
+    end
+  end
+  for m in pairs(needed) do
+    if not kept[m] then
+      kept[m] = true
+      members[#members + 1] = m
+    end
+  end
+  return members
+end
