@@ -10,6 +10,7 @@ from typing import Annotated, Any
 from uuid import uuid4
 
 import pytest
+import redis
 import redis.asyncio as aredis
 import redis.asyncio.cluster as acluster
 from langchain_core.runnables import RunnableConfig
@@ -126,6 +127,30 @@ def test_same_as_default_walk_on_conformance_chains(sync_saver: RedisStreamSaver
             )
         )
         assert _assert_same_as_default_walk(sync_saver, tid, ["ch", "other", "ch"]) == 8
+
+
+def test_one_round_trip_whatever_the_walk(
+    sync_saver: RedisStreamSaver, redis_client: redis.Redis
+) -> None:
+    tid = str(uuid4())
+    _run(build_delta_chain(SyncDrivenDelta(sync_saver), thread_id=tid, total_steps=30))
+    config: RunnableConfig = {"configurable": {"thread_id": tid, "checkpoint_ns": ""}}
+    history = sync_saver.get_delta_channel_history(config=config, channels=["messages"])
+    assert [w[2] for w in history["messages"]["writes"]] == list(range(1, 29))
+
+    def scripts() -> int:
+        stats = redis_client.info("commandstats")
+        return sum(int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in ("evalsha", "eval"))
+
+    before = scripts()
+    sync_saver.get_delta_channel_history(config=config, channels=["messages"])
+    assert scripts() - before == 1
+    # the default walk: one get_tuple script per checkpoint on the way (the first call also
+    # loads the script, a failed EVALSHA more)
+    _default_walk(sync_saver, config, ["messages"])
+    before = scripts()
+    _default_walk(sync_saver, config, ["messages"])
+    assert scripts() - before == 30
 
 
 def test_unknown_checkpoint_gives_empty_histories(sync_saver: RedisStreamSaver) -> None:

@@ -74,6 +74,8 @@ def test_prune_keep_latest_keeps_the_ancestors_delta_channels_read(
     assert _checkpoints(sync_saver) < stored  # older than the nearest snapshot went
     assert graph.get_state(THREAD).values == before
     assert sync_saver.get_delta_channel_history(config=THREAD, channels=["log"]) == history
+    # what was kept is an ordinary log: a replay projects the same indexes
+    assert sync_saver.verify("delta-kept")[2] == []
     # the thread goes on from the pruned state exactly as from the whole history
     results, state = _reference(6)
     assert [_invoke(graph, i) for i in (4, 5)] == results[4:]
