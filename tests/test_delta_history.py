@@ -280,3 +280,37 @@ def test_delta_graph_matches_in_memory_on_the_cluster(cluster_saver: RedisStream
     for thread_id in ("t-a", "t-b", "t-c"):  # threads in different slots
         assert _drive_sync(cluster_saver, thread_id) == _drive_sync(InMemorySaver(), thread_id)
         assert _assert_same_as_default_walk(cluster_saver, thread_id, ["log"]) > 10
+
+
+class Inner(TypedDict):
+    notes: Annotated[list[str], DeltaChannel(_extend, snapshot_frequency=2)]
+
+
+def build_nested(checkpointer: BaseCheckpointSaver[Any]) -> Any:
+    inner = StateGraph(Inner)
+    inner.add_node("x", lambda s: {"notes": [f"x{len(s['notes'])}"]})
+    inner.add_node("y", lambda s: {"notes": [f"y{len(s['notes'])}"]})
+    inner.add_edge(START, "x")
+    inner.add_edge("x", "y")
+    sub = inner.compile(checkpointer=True)  # keeps its own history, in its own namespace
+
+    outer = StateGraph(Inner)
+    outer.add_node("sub", sub)
+    outer.add_edge(START, "sub")
+    return outer.compile(checkpointer=checkpointer)
+
+
+def test_subgraph_namespaces_match_in_memory_and_the_default_walk(
+    sync_saver: RedisStreamSaver,
+) -> None:
+    def drive(saver: BaseCheckpointSaver[Any]) -> list[Any]:
+        graph = build_nested(saver)
+        config: RunnableConfig = {"configurable": {"thread_id": "nested"}}
+        return [graph.invoke({"notes": [f"in{i}"]}, config) for i in range(4)]
+
+    assert drive(sync_saver) == drive(InMemorySaver())
+    every_ns: RunnableConfig = {"configurable": {"thread_id": "nested"}}
+    namespaces = {t.config["configurable"]["checkpoint_ns"] for t in sync_saver.list(every_ns)}
+    assert len(namespaces) > 1
+    for ns in namespaces:
+        assert _assert_same_as_default_walk(sync_saver, "nested", ["notes"], ns) > 2

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Annotated, Any
+from uuid import uuid4
 
 import pytest
 import redis
@@ -14,9 +15,11 @@ from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, StateGraph
+from redis.cluster import RedisCluster
 from typing_extensions import TypedDict
 
 from streamsaver import AsyncRedisStreamSaver, InvalidInputError, RedisStreamSaver
+from streamsaver.embedded import EmbeddedCluster
 
 
 def _extend(state: list[str], writes: Sequence[Any]) -> list[str]:
@@ -137,3 +140,17 @@ def test_delete_for_runs_refuses_to_drop_ancestors_a_kept_checkpoint_reads(
     # every run at once leaves nothing that needs them
     sync_saver.delete_for_runs([_run_id(i) for i in range(3)])
     assert _checkpoints(sync_saver) == 0
+
+
+def test_keep_last_and_delete_for_runs_on_the_cluster(cluster: EmbeddedCluster) -> None:
+    client = RedisCluster.from_url(cluster.url)
+    saver = RedisStreamSaver(client, prefix=f"d{uuid4().hex[:8]}", keep_last=2)
+    graph = build(saver)
+    results = [_invoke(graph, i) for i in range(6)]
+    reference, state = _reference(6)
+    assert results == reference
+    assert graph.get_state(THREAD).values == state
+    with pytest.raises(InvalidInputError, match="DeltaChannels of the kept checkpoint"):
+        saver.delete_for_runs([_run_id(4)])
+    assert graph.get_state(THREAD).values == state
+    client.close()
