@@ -323,9 +323,11 @@ class Operations:
             reply = yield Eval(self._append, self.appending(keys), args, write=True)
         if isinstance(reply, list):
             # a compaction moved every stored value: what this process holds for the thread
-            # no longer names where it is, except what this put just stored
-            reply = reply[0]
-            cache.drop_thread(target.thread_id)
+            # no longer names where it is, except what this put just stored; one that trimmed
+            # nothing (deferred, lua/compact.lua) moved nothing
+            reply, trimmed = reply
+            if trimmed:
+                cache.drop_thread(target.thread_id)
         event_id = reply.decode()
         for channel, field_name, known in sent.learned:
             known.head = f"{event_id} {field_name}"

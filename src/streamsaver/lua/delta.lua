@@ -42,8 +42,10 @@ end
 -- visit(eid, f, walking, seeds): walking is the set of channels still walking there (before
 -- its seeds end theirs), seeds a list of {channel, version} of the channels it seeds. Stops
 -- when every channel has its seed, at the root, or at a parent that is not stored (as the
--- default walk, whose get_tuple finds nothing there).
-local function delta_walk(log, ptr, p, parent, channels, cache, visit)
+-- default walk, whose get_tuple finds nothing there). `memo` (optional, shared by several
+-- walks): by checkpoint, the channels an earlier walk went on with from there; a walk that
+-- reaches one with no other channel stops, as what lies beyond was visited already.
+local function delta_walk(log, ptr, p, parent, channels, cache, visit, memo)
   local walking, left = {}, 0
   for _, ch in ipairs(channels) do
     if not walking[ch] then
@@ -57,6 +59,20 @@ local function delta_walk(log, ptr, p, parent, channels, cache, visit)
       corrupt('checkpoint ' .. parent .. ' is its own ancestor')
     end
     seen[parent] = true
+    if memo then
+      local key, before, new = p .. parent, nil, false
+      before = memo[key] or {}
+      for ch in pairs(walking) do
+        if not before[ch] then
+          before[ch] = true
+          new = true
+        end
+      end
+      if not new then
+        return
+      end
+      memo[key] = before
+    end
     local eid, f = checkpoint_event(log, ptr, 'c' .. p .. parent, cache)
     if eid == nil then
       return
@@ -104,7 +120,7 @@ end
 -- The checkpoints the DeltaChannel walk of checkpoint `f` visits, as ix members
 -- ('c' .. lp(ns) .. id), added to the set `into`. Each visited ancestor, with its pending
 -- writes, is needed to rebuild the channels at `f`.
-local function delta_ancestors(log, ptr, f, cache, into)
+local function delta_ancestors(log, ptr, f, cache, into, memo)
   local channels = delta_channels(f)
   if #channels == 0 then
     return
@@ -112,7 +128,7 @@ local function delta_ancestors(log, ptr, f, cache, into)
   local p = lp(f.ns)
   delta_walk(log, ptr, p, f.parent, channels, cache, function(_, a)
     into['c' .. p .. a.id] = true
-  end)
+  end, memo)
 end
 
 -- Compaction (compact.lua) keeps `members`, and appends the checkpoints among `extra`: a kept
@@ -121,18 +137,21 @@ end
 -- first of the remedies BaseCheckpointSaver.prune documents; the others need the channels'
 -- reducers, which only LangGraph has. Returns members with the ancestors added.
 local function with_delta_ancestors(log, ptr, members, extra, cache)
-  local kept, needed = {}, {}
-  for _, m in ipairs(members) do
-    kept[m] = true
-    local _, f = checkpoint_event(log, ptr, m, cache)
-    if f then
-      delta_ancestors(log, ptr, f, cache, needed)
-    end
-  end
+  local kept, needed, memo = {}, {}, {}
+  -- newest first (the new checkpoint, then members from the latest): an older member's walk
+  -- mostly stops at once, on ancestors a newer one's walk went through
   for _, ev in ipairs(extra or {}) do
     local f = fields_of(ev)
     if f.k == 'checkpoint' then
-      delta_ancestors(log, ptr, f, cache, needed)
+      delta_ancestors(log, ptr, f, cache, needed, memo)
+    end
+  end
+  for i = #members, 1, -1 do
+    local m = members[i]
+    kept[m] = true
+    local _, f = checkpoint_event(log, ptr, m, cache)
+    if f then
+      delta_ancestors(log, ptr, f, cache, needed, memo)
     end
   end
   for m in pairs(needed) do
