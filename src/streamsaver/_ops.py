@@ -323,9 +323,11 @@ class Operations:
             reply = yield Eval(self._append, self.appending(keys), args, write=True)
         if isinstance(reply, list):
             # a compaction moved every stored value: what this process holds for the thread
-            # no longer names where it is, except what this put just stored
-            reply = reply[0]
-            cache.drop_thread(target.thread_id)
+            # no longer names where it is, except what this put just stored; one that trimmed
+            # nothing (deferred, lua/compact.lua) moved nothing
+            reply, trimmed = reply
+            if trimmed:
+                cache.drop_thread(target.thread_id)
         event_id = reply.decode()
         for channel, field_name, known in sent.learned:
             known.head = f"{event_id} {field_name}"
@@ -483,12 +485,15 @@ class Operations:
             return 0
         deleted = 0
         for thread_id in (yield from self._threads_for(("runs", *runs))):
-            deleted += yield Eval(
+            reply = yield Eval(
                 "delete_runs",
                 self.appending(self.keys(thread_id)),
                 (*self._appending_args(), thread_id, *runs),
                 write=True,
             )
+            if isinstance(reply, builtins.list):
+                raise _delta_dependency(thread_id, runs, [_text(x) for x in reply[1:]])
+            deleted += reply
         return deleted
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> Flow[int]:
@@ -648,6 +653,17 @@ def _write_fields(fields: Sequence[Field]) -> Iterator[tuple[str, bytes]]:
             and isinstance(raw, bytes)
         ):
             yield name, raw
+
+
+def _delta_dependency(thread_id: str, runs: Sequence[str], found: Sequence[str]) -> Exception:
+    ns, survivor, survivor_run, ancestor, ancestor_run = found
+    return InvalidInputError(
+        f"delete_for_runs({list(runs)!r}) would delete checkpoint {ancestor!r} (run "
+        f"{ancestor_run!r}) of thread {thread_id!r}, namespace {ns!r}, whose writes the "
+        f"DeltaChannels of the kept checkpoint {survivor!r} (run {survivor_run!r}) rebuild "
+        f"from; nothing of this thread was deleted. Delete run {survivor_run!r} too, or the "
+        f"whole thread (delete_thread)"
+    )
 
 
 def _is_value(name: bytes) -> bool:

@@ -11,7 +11,7 @@ __all__ = ["SOURCES"]
 # takes only the files it calls. The last file is the entry's body.
 _WRITE = ("common.lua", "projection.lua")
 _READ = ("common.lua", "read.lua")
-_COMPACT = (*_WRITE, "read.lua", "compact.lua")
+_COMPACT = (*_WRITE, "read.lua", "delta.lua", "compact.lua")
 _ENTRIES: dict[str, tuple[str, ...]] = {
     # a saver without keep_last never compacts in a put: its appends skip compact.lua's
     # definitions, a few microseconds of server time each
@@ -19,6 +19,7 @@ _ENTRIES: dict[str, tuple[str, ...]] = {
     "append_compacting": (*_COMPACT, "append.lua"),
     "get": (*_READ, "get.lua"),
     "list": (*_READ, "list.lua"),
+    "delta_history": (*_READ, "delta.lua", "delta_history.lua"),
     "delete_runs": (*_COMPACT, "delete_runs.lua"),
     "delete_thread": ("common.lua", "delete_thread.lua"),
     "replay": (*_WRITE, "replay.lua"),

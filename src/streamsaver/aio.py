@@ -15,6 +15,7 @@ from langgraph.checkpoint.base import (
     Checkpoint,
     CheckpointMetadata,
     CheckpointTuple,
+    DeltaChannelHistory,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
@@ -35,6 +36,7 @@ from ._base import (
 from ._chain import ChainCheck
 from ._durability import DurabilityMode
 from ._errors import InvalidInputError, InvalidUsageError, translate, unavailable
+from ._history import delta_channel_history
 from ._ops import Call, Each, Eval, Flow, Op, Replay, ScanLogs, T, adrive, aiterate
 from ._scripts import SOURCES
 from ._tail import (
@@ -307,6 +309,13 @@ class AsyncRedisStreamSaver(StreamSaverBase):
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         await self._run(self._ops.prune(thread_ids, strategy))
 
+    async def aget_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> dict[str, DeltaChannelHistory]:
+        """What a ``DeltaChannel`` needs to rebuild itself at a checkpoint, in one round trip:
+        the same result as ``BaseCheckpointSaver``'s walk of one ``get_tuple`` per ancestor."""
+        return await self._run(delta_channel_history(self._ops, config, channels))
+
     async def arebuild(self, thread_id: str) -> Replay:
         """Re-project the thread's indexes from its log: events applied, events skipped
         (unknown kind, newer schema, malformed) and why."""
@@ -421,6 +430,11 @@ class AsyncRedisStreamSaver(StreamSaverBase):
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         self._sync(self.aprune(thread_ids, strategy=strategy))
+
+    def get_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> dict[str, DeltaChannelHistory]:
+        return self._sync(self.aget_delta_channel_history(config=config, channels=channels))
 
     # Live tailing (docs/tailing.md), as async iterators (``async for e in saver.atail(t)``).
     # Each reader has a connection of its own for its blocking reads, closed when it ends:

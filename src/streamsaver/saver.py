@@ -15,6 +15,7 @@ from langgraph.checkpoint.base import (
     Checkpoint,
     CheckpointMetadata,
     CheckpointTuple,
+    DeltaChannelHistory,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from redis.cluster import RedisCluster
@@ -35,6 +36,7 @@ from ._base import (
 from ._chain import ChainCheck
 from ._durability import DurabilityMode
 from ._errors import InvalidInputError, translate, unavailable
+from ._history import delta_channel_history
 from ._ops import Call, Each, Eval, Flow, Op, Replay, ScanLogs, T, drive, iterate
 from ._projection import Applied
 from ._scripts import SOURCES
@@ -278,6 +280,13 @@ class RedisStreamSaver(StreamSaverBase):
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         self._run(self._ops.prune(thread_ids, strategy))
 
+    def get_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> dict[str, DeltaChannelHistory]:
+        """What a ``DeltaChannel`` needs to rebuild itself at a checkpoint, in one round trip:
+        the same result as ``BaseCheckpointSaver``'s walk of one ``get_tuple`` per ancestor."""
+        return self._run(delta_channel_history(self._ops, config, channels))
+
     def rebuild(self, thread_id: str) -> Replay:
         """Re-project the thread's indexes from its log: events applied, events skipped
         (unknown kind, newer schema, malformed) and why."""
@@ -404,6 +413,13 @@ class RedisStreamSaver(StreamSaverBase):
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         await asyncio.to_thread(self.prune, thread_ids, strategy=strategy)
+
+    async def aget_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> dict[str, DeltaChannelHistory]:
+        return await asyncio.to_thread(
+            self.get_delta_channel_history, config=config, channels=channels
+        )
 
     # Live tailing (docs/tailing.md). Each reader has a connection of its own for its blocking
     # reads, closed when it ends: leave the loop, or call close() (stop() from another thread).

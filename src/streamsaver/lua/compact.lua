@@ -191,6 +191,28 @@ local function early_writes(log, ix, ptr, kept, latest, new, cache, out)
   end
 end
 
+-- A put compacts when its namespace holds 2 x keep checkpoints, so a compaction, costing what
+-- it keeps, comes once per keep puts. Ancestors kept for DeltaChannels (delta.lua) can outnumber
+-- keep, and the namespace would then compact on every put. While a compaction would drop fewer
+-- checkpoints than it keeps, the put's events are appended as they are instead, so the cost
+-- stays spread over as many puts as a compaction copies. Returns their ids, or nil to compact.
+local function deferred(log, ix, ptr, feed, maxlen, kept, extra)
+  local live = redis.call('ZLEXCOUNT', ix, '[c', '[c\255')
+  if live - kept >= kept then
+    return nil
+  end
+  local ids = {}
+  for _, ev in ipairs(extra) do
+    local id = append_event(log, ev)
+    -- append_event added the digests to ev: apply() projects dg as a plain append does
+    local f = fields_of(ev)
+    apply(log, ix, ptr, id, f)
+    notify(feed, maxlen, id, f)
+    ids[#ids + 1] = id
+  end
+  return ids
+end
+
 -- Compact the thread (see the top of this file). keep: checkpoints kept per namespace, 0 for
 -- every live one. extra: events to append last (flat field lists; a checkpoint among them is
 -- completed with the parts it needs and counts among its namespace's `keep`). Returns the
@@ -205,6 +227,16 @@ local function compact(log, ix, ptr, feed, maxlen, keep, extra)
     end
   end
   local members, latest = kept_members(ix, keep, new)
+  if keep > 0 then
+    -- keep 0 keeps every live checkpoint: delete_runs checked that none it keeps needs one it
+    -- drops (delta.lua)
+    local n = #members
+    members = with_delta_ancestors(log, ptr, members, extra, cache)
+    local ids = new and #members > n and deferred(log, ix, ptr, feed, maxlen, #members, extra)
+    if ids then
+      return 0, ids
+    end
+  end
   local is_kept = {}
   for _, m in ipairs(members) do
     local eid, f = checkpoint_event(log, ptr, m, cache)

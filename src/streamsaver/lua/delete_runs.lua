@@ -22,6 +22,29 @@ end
 if #items == 0 then
   return 0
 end
+-- A surviving checkpoint's DeltaChannels rebuild from its ancestors' writes back to their seed
+-- (delta.lua): dropping such an ancestor would silently empty them. Refuse before writing
+-- anything, naming the first: {'delta', ns, surviving id, its run, deleted id, its run}.
+local deleted, cache, memo = {}, {}, {}
+for i = 1, #items, 2 do
+  deleted['c' .. lp(items[i]) .. items[i + 1]] = true
+end
+local live = redis.call('ZRANGEBYLEX', KEYS[2], '[c', '[c\255')
+-- newest first, so older ones' walks stop where a newer one's went (delta.lua's memo)
+for i = #live, 1, -1 do
+  local m = live[i]
+  if not deleted[m] then
+    local _, f = checkpoint_event(KEYS[1], KEYS[3], m, cache)
+    local needs = {}
+    delta_ancestors(KEYS[1], KEYS[3], f, cache, needs, memo)
+    for a in pairs(needs) do
+      if deleted[a] then
+        local _, af = checkpoint_event(KEYS[1], KEYS[3], a, cache)
+        return {'delta', f.ns, f.id, f.run or '', af.id, af.run or ''}
+      end
+    end
+  end
+end
 local ev = {'k', 'delete', 'sv', tostring(SCHEMA), 'thread', ARGV[3],
             'items', cmsgpack.pack(items), 'runs', cmsgpack.pack(runs)}
 -- projected first, so the compaction keeps every checkpoint but the deleted ones; it projects

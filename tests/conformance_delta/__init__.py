@@ -1,0 +1,1 @@
+"""Upstream conformance specs not yet in the released langgraph-checkpoint-conformance."""
