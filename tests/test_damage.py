@@ -86,6 +86,12 @@ def test_missing_value(sync_saver: RedisStreamSaver, redis_url: str) -> None:
 
     with pytest.raises(IntegrityError, match=writes_id):
         _cold(sync_saver).get_tuple(_config("t"))
+    # the checkpoint the removed writes belong to: its pending writes are not all there
+    owner = {
+        "configurable": {**_config("t")["configurable"], "checkpoint_id": _text(latest[b"parent"])}
+    }
+    with pytest.raises(IntegrityError, match=writes_id):
+        _cold(sync_saver).get_tuple(owner)
     assert _named(_refs(sync_saver, "t"), _text(eid), writes_id)
     check = sync_saver.verify_chain("t")
     assert check.problem is not None  # the event after the removed one no longer follows it

@@ -97,15 +97,17 @@ local function read_checkpoint(log, ptr, eid, f, cache, holds)
     local l = cmsgpack.unpack(wl)
     for i = 1, #l, 4 do
       local wf = entry_fields(log, l[i + 2], cache)
-      if wf then
-        local pos = l[i + 3]
-        local wi = decoded(l[i + 2], wf, 'wi')
-        writes[#writes + 1] = l[i]
-        writes[#writes + 1] = tostring(l[i + 1])
-        writes[#writes + 1] = wf.path
-        writes[#writes + 1] = wi[pos * 2 + 1]
-        writes[#writes + 1] = wf['w' .. pos]
+      -- a checkpoint without some of its pending writes would resume as if they never ran
+      if wf == nil then
+        corrupt('pending writes of checkpoint ' .. f.id .. ' point at missing event ' .. l[i + 2])
       end
+      local pos = l[i + 3]
+      local wi = decoded(l[i + 2], wf, 'wi')
+      writes[#writes + 1] = l[i]
+      writes[#writes + 1] = tostring(l[i + 1])
+      writes[#writes + 1] = wf.path
+      writes[#writes + 1] = wi[pos * 2 + 1]
+      writes[#writes + 1] = wf['w' .. pos]
     end
   end
   return {eid, header, values, writes}
