@@ -198,14 +198,22 @@ def test_bogus_references(sync_saver: RedisStreamSaver, redis_url: str) -> None:
         ["shared", "99999999999999999999999-0 w0", 0, 1],
         ["shared", "1-1 w0", 0, 1],
         ["shared", 7, "x", 1],
+        ["append", b"\x01", 1],  # to a base version that is not stored
     ],
 )
 def test_copy_thread_names_the_event_whose_part_does_not_resolve(
     sync_saver: RedisStreamSaver, part: list[Any]
 ) -> None:
     _, model = _checkpoints(_conversation(sync_saver))[-1]
-    eid = _bogus(sync_saver, model, b0=ormsgpack.packb(part))
+    channel, version, _ = ormsgpack.unpackb(model[b"nv"])
+    eid = _bogus(
+        sync_saver,
+        model,
+        b0=ormsgpack.packb(part),
+        nv=ormsgpack.packb([channel, version, "i999" if part[0] == "append" else ""]),
+    )
     with pytest.raises(IntegrityError, match=eid):
+        sync_saver.copy_thread("t", "copy")
         sync_saver.copy_thread("t", "copy")
 
 
