@@ -312,3 +312,28 @@ def test_altered_value_is_caught_by_the_chain_alone(
     assert check.problem is not None and "altered" in check.problem.reason
     assert check.references == []
     assert _cli("audit", "t", sync_saver, redis_url) == 1
+
+
+def test_writes_sent_before_their_checkpoint_are_not_dangling(sync_saver: RedisStreamSaver) -> None:
+    """LangGraph may send a step's writes before its checkpoint: the checkpoint comes later in
+    the log, and that is a reference that resolves."""
+    _conversation(sync_saver, steps=1)
+    latest = sync_saver.get_tuple(_config("t"))
+    assert latest is not None
+    ahead = {"configurable": {**latest.config["configurable"], "checkpoint_id": "zz-next"}}
+    sync_saver.put_writes(ahead, [("messages", "early")], "task")
+    assert _named(_refs(sync_saver, "t"), "writes of checkpoint zz-next")  # not yet stored
+    checkpoint = {**latest.checkpoint, "id": "zz-next"}
+    sync_saver.put(latest.config, checkpoint, {"source": "loop", "step": 9}, {})
+    assert sync_saver.verify("t")[2] == []
+
+
+async def test_async_audit_verify_names_the_same_references(
+    sync_saver: RedisStreamSaver, async_saver: Any
+) -> None:
+    _, model = _checkpoints(_conversation(sync_saver))[-1]
+    eid = _bogus(sync_saver, model, parent=b"no-such-checkpoint")
+    check = await async_saver.averify_chain("t")
+    assert not check.ok and check.references == sync_saver.verify_chain("t").references
+    assert _named(check.references, eid, "no-such-checkpoint")
+    assert (await async_saver.averify("t"))[2] == sync_saver.verify("t")[2]
