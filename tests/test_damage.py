@@ -74,6 +74,9 @@ def test_an_intact_thread_passes_every_check(sync_saver: RedisStreamSaver, redis
     assert _cli("verify", "t", sync_saver, redis_url) == 0
     assert _cli("audit", "t", sync_saver, redis_url) == 0
     assert sync_saver.rebuild("t").problems == []
+    sync_saver.copy_thread("t", "copy")  # a copy is as whole as its source
+    assert sync_saver.verify("copy")[2] == []
+    assert sync_saver.verify_chain("copy").ok
 
 
 def test_missing_value(sync_saver: RedisStreamSaver, redis_url: str) -> None:

@@ -26,7 +26,9 @@ while i <= #ARGV do
       'stops before it (' .. n .. ' events of this page copied); repair or remove it in the ' ..
       'source (`streamsaver verify` lists every such reference)')
   end
-  local id = append_event(KEYS[1], ev)
+  local id
+  -- the digest the event got is the chain's new head (see apply())
+  id, f.dg = append_event(KEYS[1], ev)
   apply(KEYS[1], KEYS[2], KEYS[3], id, f)
   notify(KEYS[4], ARGV[1], id, f)
   i = i + count + 1
