@@ -155,9 +155,11 @@ def test_the_chain_continues_after_the_indexes_are_dropped_and_rebuilt(
     keys = thread_keys(sync_saver.prefix, "t")
     head = redis_client.hget(keys.ptr, "h")
     assert head == _entries(redis_client, sync_saver, "t")[-1][1][b"dg"]
+    latest = sync_saver.get_tuple({"configurable": {"thread_id": "t", "checkpoint_ns": ""}})
+    assert latest is not None
     redis_client.delete(keys.ix, keys.ptr)  # the head digest goes with them: read from the log
     sync_saver.put_writes(
-        {"configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": "x"}},
+        latest.config,  # writes of a checkpoint the log holds: verify_chain checks that too
         [("a", 1)],
         "task",
     )

@@ -65,8 +65,9 @@ def test_replay_skips_what_it_cannot_project_and_keeps_the_rest(
     replay = saver.rebuild(victim)
     assert replay.applied + replay.skipped == 2 + len(garbage)
     assert len(replay.problems) == replay.skipped
-    # whatever garbage was projected is consistent: verify replays it the same way
-    assert saver.verify(victim)[2] == []
+    # whatever garbage was projected is consistent: verify replays it the same way (what the
+    # garbage references is another matter: verify names it, "ref <event id> ...")
+    assert [line for line in saver.verify(victim)[2] if not line.startswith("ref ")] == []
     assert list(saver.list({"configurable": {"thread_id": bystander}})) == bystander_before
     # reading what was projected either works or says which event is corrupt
     try:

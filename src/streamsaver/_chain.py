@@ -72,13 +72,16 @@ class ChainCheck:
         self.events = 0
         self.head = ""  # dg of the last entry: compare it with one recorded elsewhere
         self.problem: Break | None = None
+        # the events' references that do not resolve ("ref <event id> ...", see verify.lua);
+        # set by the saver's verify_chain, which checks them in Redis; an export has none
+        self.references: list[str] = []
         self._previous_id: str | None = None
         # a broken link (ch, dg, the id it follows) whose predecessor may turn up later: moved
         self._wanted: tuple[str, str, str] | None = None
 
     @property
     def ok(self) -> bool:
-        return self.problem is None
+        return self.problem is None and not self.references
 
     def add(self, entry_id: str, fields: Pairs) -> None:
         self.events += 1

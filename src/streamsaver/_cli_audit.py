@@ -75,9 +75,11 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser], common
     export.add_argument("--out", required=True, metavar="FILE", help="where to write ('-': stdout)")
     verify = verbs.add_parser(
         "verify",
-        help="walk threads' digest chains; exits 1 at the first altered, removed or moved event",
-        description="Check each thread's digest chain in Redis (THREAD_ID or --all), or an "
-        "export file without Redis (--file). Exits 1 if any check fails.",
+        help="check threads' references and digest chains; exits 1 on a reference that does "
+        "not resolve or at the first altered, removed or moved event",
+        description="Check each thread in Redis (THREAD_ID or --all): that every reference its "
+        "events make resolves, and its digest chain; or an export file without Redis (--file: "
+        "the chain only). Exits 1 if any check fails.",
     )
     _threads(verify, common)
     verify.add_argument("--file", metavar="FILE", help="an export file to check (no Redis)")
@@ -149,8 +151,10 @@ def _verify(saver: RedisStreamSaver, targets: list[str]) -> int:
         if check.problem is None:
             print(f"{thread_id!r}: {check.events} event(s), chain intact, head {check.head}")
         else:
-            failed += 1
             print(f"{thread_id!r}: BROKEN at {check.problem}")
+        for line in check.references:
+            print(f"{thread_id!r}: {line}")
+        failed += not check.ok
     print(f"verified {len(targets)} thread(s): {failed} broken")
     return 1 if failed else 0
 

@@ -178,7 +178,7 @@ class Codec:
         eid, _, name = ref.partition(" ")
         source = fields_of(eid)
         data = source.get(name.encode()) if source is not None else None
-        if data is None:
+        if data is None or not 0 <= offset < len(data):
             raise CorruptIndexError(
                 f"an append part names write {ref}, which is not in the log: it was edited "
                 f"or trimmed outside streamsaver"

@@ -30,7 +30,12 @@ from ._codec import _SHARED, CheckpointEvent, Codec, Field, Held, _check_metadat
 from ._config import _configurable, before_id, make_config, target_of, thread_id_str
 from ._delta import DeltaCache, Known, Written
 from ._durability import Durability
-from ._errors import InvalidConfigError, InvalidInputError, UnsupportedServerError
+from ._errors import (
+    CorruptIndexError,
+    InvalidConfigError,
+    InvalidInputError,
+    UnsupportedServerError,
+)
 from ._feed import DEFAULT_FEED_MAXLEN, audit_of_log, feed_of_log
 
 if TYPE_CHECKING:
@@ -515,7 +520,7 @@ class Operations:
                 return copied
             args: list[Field | int] = []
             for entry_id, fields in entries:
-                fields = yield from self._unshared(src.log, fields, writes)
+                fields = yield from self._unshared(source, _text(entry_id), fields, writes)
                 if fields.get(b"k") == b"writes":
                     writes[_text(entry_id)] = fields
                     if len(writes) > _COPY_BATCH:
@@ -534,22 +539,44 @@ class Operations:
             start = "(" + _text(last)
 
     def _unshared(
-        self, log: str, fields: dict[bytes, bytes], writes: dict[str, dict[bytes, bytes]]
+        self,
+        thread_id: str,
+        entry_id: str,
+        fields: dict[bytes, bytes],
+        writes: dict[str, dict[bytes, bytes]],
     ) -> Flow[dict[bytes, bytes]]:
         """A checkpoint event's fields with every part that names a write of its own log
-        replaced by the bytes it names: a copy lives in another log, with other event ids."""
+        replaced by the bytes it names: a copy lives in another log, with other event ids.
+        A part naming nothing valid (a hand-edited or damaged log) raises, naming the event,
+        before anything of its page is copied."""
         if fields.get(b"k") != b"checkpoint":
             return fields
+        log = self.keys(thread_id).log
         for name, raw in fields.items():
             if _is_value(name) and raw.startswith(_SHARED):
-                eid = ormsgpack.unpackb(raw)[1].partition(" ")[0]
+                eid = _shared_event(raw)
+                if eid is None:
+                    raise CorruptIndexError(
+                        f"event {entry_id} of thread {thread_id!r} has a malformed shared part "
+                        f"in field {name.decode()}; inspect it with XRANGE and repair or remove "
+                        f"it (`streamsaver verify` lists every such reference)"
+                    )
                 if eid not in writes:
                     found = yield Call(("XRANGE", log, eid, eid))
-                    writes[eid] = found[0][1] if found else {}
-        return {
-            name: self.codec.unshared(raw, writes.get) if _is_value(name) else raw
-            for name, raw in fields.items()
-        }
+                    # only a writes event's bytes can be named
+                    writes[eid] = (
+                        found[0][1] if found and found[0][1].get(b"k") == b"writes" else {}
+                    )
+        try:
+            return {
+                name: self.codec.unshared(raw, writes.get) if _is_value(name) else raw
+                for name, raw in fields.items()
+            }
+        except CorruptIndexError as exc:
+            raise CorruptIndexError(
+                f"event {entry_id} of thread {thread_id!r}: {exc}; nothing of it was copied "
+                f"(`streamsaver verify` lists every such reference)"
+            ) from exc
 
     def prune(self, thread_ids: Sequence[str], strategy: str) -> Flow[None]:
         if strategy not in ("keep_latest", "delete"):
@@ -584,10 +611,19 @@ class Operations:
         return out
 
     def verify(self, thread_id: str) -> Flow[tuple[int, int, builtins.list[str]]]:
-        """Replay into scratch keys and diff with the live indexes: (applied, skipped, diffs)."""
+        """Check every reference the log's events make, then replay into scratch keys and diff
+        with the live indexes: (applied, skipped, problems), each problem a line (verify.lua):
+        ``ref <event id> ...`` or ``<ix|ptr> <missing|differs|extra> <member>``."""
         keys = self.keys(thread_id_str(thread_id, "thread_id"))
-        applied, skipped, *diffs = yield Eval("verify", (*keys, *scratch_keys(keys)), ())
-        return int(applied), int(skipped), sorted(d.decode(errors="replace") for d in diffs)
+        applied, skipped, *lines = yield Eval("verify", (*keys, *scratch_keys(keys)), ())
+        return int(applied), int(skipped), sorted(d.decode(errors="replace") for d in lines)
+
+    def references(self, thread_id: str) -> Flow[builtins.list[str]]:
+        """The references of the log's events that do not resolve, as ``verify`` reports them,
+        without comparing indexes: what an audit of the log itself checks."""
+        keys = self.keys(thread_id_str(thread_id, "thread_id"))
+        _, _, *lines = yield Eval("verify", (*keys, *scratch_keys(keys)), ("refs",))
+        return sorted(d.decode(errors="replace") for d in lines)
 
     def log_entries(self, thread_id: str) -> Items[Entry]:
         """A thread's whole log, one page of XRANGE at a time: any length streams through in
@@ -664,6 +700,28 @@ def _delta_dependency(thread_id: str, runs: Sequence[str], found: Sequence[str])
         f"from; nothing of this thread was deleted. Delete run {survivor_run!r} too, or the "
         f"whole thread (delete_thread)"
     )
+
+
+_EVENT_ID = re.compile(r"(\d+)-(\d+)")
+_ID_MAX = 2**64
+
+
+def _shared_event(raw: bytes) -> str | None:
+    """The event id a shared part (``["shared", "<event id> w<i>", offset, n]``) names, or
+    None when it is malformed or names an id no stream can hold."""
+    try:
+        _, ref, offset, count = ormsgpack.unpackb(raw)
+    except (ValueError, TypeError):
+        return None
+    if not (isinstance(ref, str) and isinstance(offset, int) and isinstance(count, int)):
+        return None
+    eid, _, name = ref.partition(" ")
+    match = _EVENT_ID.fullmatch(eid)
+    if match is None or not re.fullmatch(r"w\d+", name) or offset < 0:
+        return None
+    if any(int(part) >= _ID_MAX for part in match.groups()):
+        return None
+    return eid
 
 
 def _is_value(name: bytes) -> bool:

@@ -322,8 +322,8 @@ class AsyncRedisStreamSaver(StreamSaverBase):
         return await self._run(self._ops.rebuild(thread_id))
 
     async def averify(self, thread_id: str) -> tuple[int, int, builtins.list[str]]:
-        """Replay the thread's log into scratch keys and compare with its live indexes, in one
-        atomic script: (applied, skipped, differences); no differences means consistent."""
+        """``verify``: the thread's references, then its indexes against a replay, in one
+        atomic script: (applied, skipped, problems); no problems means consistent."""
         return await self._run(self._ops.verify(thread_id))
 
     async def athread_ids(self) -> builtins.list[str]:

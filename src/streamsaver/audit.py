@@ -143,8 +143,12 @@ def history(
 
 
 def verify_chain(ops: Operations, thread_id: str) -> Flow[ChainCheck]:
+    """The log's digest chain, and every reference its events make (one script, the same
+    check as ``verify``'s): an intact chain over a log whose events point nowhere is no proof
+    the trail is whole."""
     check = ChainCheck()
     yield from consume(ops.log_entries(thread_id), lambda e: check.add(*e))
+    check.references = yield from ops.references(thread_id)
     return check
 
 

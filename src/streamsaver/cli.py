@@ -87,15 +87,18 @@ def build_parser(
         "a concurrent writer lands entirely before or entirely after its thread's rebuild. "
         "With --all, the projector's keys (thread registry, run and metadata indexes) are "
         "rebuilt too, one atomic script per cluster slot. "
-        "Exits 1 if an event was skipped (unknown kind or newer schema).",
+        "Exits 1 if an event was skipped (unknown kind, newer schema, malformed, or an append "
+        "part whose base or shared write is not stored), each named by its event id.",
     )
     common_options(cmd)
     _which_threads(cmd)
     cmd = sub.add_parser(
         "verify",
-        help="replay into scratch keys and compare with the live indexes",
-        description="For each thread, replay its stream into scratch keys and compare them with "
-        "the live indexes in one atomic script; print every difference. Exits 1 on any.",
+        help="check every reference events make, and the indexes against a replay",
+        description="For each thread, in one atomic script: check that every reference its "
+        "events make resolves (values, append parts, shared writes, parents, the checkpoints "
+        "of writes), then replay its stream into scratch keys and compare them with the live "
+        "indexes. Prints every problem (see docs/audit.md); exits 1 on any.",
     )
     common_options(cmd)
     _which_threads(cmd)
@@ -157,7 +160,8 @@ def _maintain(args: argparse.Namespace, prog: str) -> int:
                     print(f"{thread_id!r}: skipped {problem}")
             print(
                 f"rebuilt {report.threads} threads: {report.applied} events applied, "
-                f"{report.skipped} skipped (unknown kind or newer schema)"
+                f"{report.skipped} skipped (unknown kind, newer schema, malformed or "
+                f"referencing what is not stored)"
             )
             if args.all:
                 print(

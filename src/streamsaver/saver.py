@@ -297,8 +297,10 @@ class RedisStreamSaver(StreamSaverBase):
         return self._run(self._ops.rebuild_many(thread_ids))
 
     def verify(self, thread_id: str) -> tuple[int, int, builtins.list[str]]:
-        """Replay the thread's log into scratch keys and compare with its live indexes, in one
-        atomic script: (applied, skipped, differences); no differences means consistent."""
+        """Check that every reference the thread's events make resolves (values, parts,
+        parents, writes' checkpoints), then replay its log into scratch keys and compare with
+        its live indexes, in one atomic script: (applied, skipped, problems), each a line naming
+        the event or index entry; no problems means consistent."""
         return self._run(self._ops.verify(thread_id))
 
     def thread_ids(self) -> builtins.list[str]:
@@ -319,8 +321,9 @@ class RedisStreamSaver(StreamSaverBase):
         return iterate(audit.history(self._ops, thread_id, self.serde, values), self._execute)
 
     def verify_chain(self, thread_id: str) -> ChainCheck:
-        """Walk the thread's digest chain: ``.ok``, or ``.problem``, the first event altered,
-        removed or moved; ``.head`` is the last digest."""
+        """Walk the thread's digest chain and check its events' references: ``.ok``, or
+        ``.problem``, the first event altered, removed or moved, and ``.references``, those that
+        do not resolve (as ``verify`` names them); ``.head`` is the last digest."""
         return self._run(audit.verify_chain(self._ops, thread_id))
 
     def deletions(self, thread_id: str) -> builtins.list[ThreadDeletion]:

@@ -55,11 +55,12 @@ local function bytes_lt(a, b)
 end
 
 -- Entries are looked up by exact id; one call may need the same entry for several values.
+-- An id the server refuses (a hand-edited reference beyond 64 bits) names no entry either.
 local function entry_fields(log, eid, cache)
   local f = cache[eid]
   if f == nil then
-    local r = redis.call('XRANGE', log, eid, eid)
-    if #r == 0 then
+    local r = redis.pcall('XRANGE', log, eid, eid)
+    if r.err or #r == 0 then
       return nil
     end
     f = fields_of(r[1][2])
@@ -89,6 +90,22 @@ local function shared_tail(log, part, cache)
     return false, 'a shared part naming ' .. r[2] .. ', which is not in the log'
   end
   return string.sub(raw, r[3] + 1), r[4]
+end
+
+-- Why an append part that names a write does not resolve, or nil when it does (or names
+-- none): stricter than shared_tail(), the event it names must be a writes event.
+local function shared_problem(log, part, cache)
+  local tail, why = shared_tail(log, part, cache)
+  if tail == false then
+    return why
+  elseif tail then
+    local ref = cmsgpack.unpack(part)[2]
+    local f = entry_fields(log, string.match(ref, '^%S+'), cache)
+    if f.k ~= 'writes' then
+      return 'a shared part naming ' .. ref .. ', which is not a writes event'
+    end
+  end
+  return nil
 end
 
 -- A stored value part as readers and copies need it: a shared part becomes the ordinary append

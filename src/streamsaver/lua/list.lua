@@ -46,11 +46,11 @@ if ARGV[7] ~= '' then
   nulls = cmsgpack.unpack(ARGV[7])
 end
 
-local function matches(f)
+local function matches(eid, f)
   if filter == nil and #nulls == 0 then
     return true
   end
-  local meta = cmsgpack.unpack(f.meta)
+  local meta = decoded(eid, f, 'meta')
   if filter ~= nil then
     for k, v in pairs(filter) do
       if not deep_eq(meta[k], v) then
@@ -149,7 +149,7 @@ while q ~= nil do
     for _, m in ipairs(batch) do
       scanned = scanned + 1
       local eid, f = checkpoint_event(KEYS[1], KEYS[3], m, cache)
-      if eid ~= nil and matches(f) then
+      if eid ~= nil and matches(eid, f) then
         picked[#picked + 1] = {eid, f}
       end
       if #picked >= size or scanned >= SCAN_CAP then

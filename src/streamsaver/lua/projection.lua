@@ -89,7 +89,32 @@ local function all_strings(list, from, stride)
   return true
 end
 
-local function check_checkpoint(f)
+-- What a checkpoint's value parts reference must be stored: an append part's base version
+-- (in ptr, or among the event's own values, as a compaction's copy carries the chain it needs)
+-- and the write a shared part names. Otherwise a read would build the value from parts that
+-- are not there: the event is skipped whole, named, like any malformed one. The writer checked
+-- the same before its XADD (append.lua), so it never appends an event this refuses.
+local function value_refs(log, ptr, f, nv)
+  local p, own = lp(f.ns), {}
+  for i = 1, #nv, 3 do
+    own[lp(nv[i]) .. nv[i + 1]] = true
+  end
+  for i = 1, #nv, 3 do
+    local channel, version, base = nv[i], nv[i + 1], nv[i + 2]
+    local problem = shared_problem(log, f['b' .. ((i - 1) / 3)], {})
+    if problem then
+      return 'channel ' .. channel .. ' version ' .. version .. ' is ' .. problem
+    end
+    if base ~= '' and not own[lp(channel) .. base]
+        and not sink.hget(ptr, 'b' .. p .. lp(channel) .. base) then
+      return 'channel ' .. channel .. ' version ' .. version .. ' appends to version ' .. base ..
+        ', which is not stored'
+    end
+  end
+  return nil
+end
+
+local function checkpoint_shape(f)
   if type(f.ns) ~= 'string' or type(f.id) ~= 'string' or f.id == '' then
     return nil, 'no ns or id'
   end
@@ -112,6 +137,17 @@ local function check_checkpoint(f)
     end
   end
   return nv
+end
+
+local function check_checkpoint(f, log, ptr)
+  local nv, why = checkpoint_shape(f)
+  if nv then
+    why = value_refs(log, ptr, f, nv)
+    if why then
+      return nil, why
+    end
+  end
+  return nv, why
 end
 
 local function apply_checkpoint(log, ix, ptr, id, f, nv)
@@ -248,8 +284,9 @@ local function pruned_event(log)
 end
 
 -- The checked event, ready for apply(); nil and a reason for one this version cannot project
--- (unknown kind, newer schema, or malformed), which callers skip and report.
-local function check(f)
+-- (unknown kind, newer schema, malformed, or referencing values not stored), which callers
+-- skip and report. log and ptr: where its references are looked up.
+local function check(f, log, ptr)
   local kind = KINDS[f.k]
   if kind == nil then
     return nil, 'unknown kind ' .. tostring(f.k)
@@ -257,7 +294,7 @@ local function check(f)
   if (tonumber(f.sv) or 0) > SCHEMA or tonumber(f.sv) == nil then
     return nil, 'schema version ' .. tostring(f.sv)
   end
-  local decoded, why = kind[1](f)
+  local decoded, why = kind[1](f, log, ptr)
   if decoded == nil then
     return nil, why
   end
@@ -271,7 +308,7 @@ local function apply(log, ix, ptr, id, f)
   else
     redis.call('HDEL', ptr, 'h')
   end
-  local checked, why = check(f)
+  local checked, why = check(f, log, ptr)
   if checked == nil then
     return false, why
   end

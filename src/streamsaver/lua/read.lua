@@ -50,7 +50,22 @@ local function value_chain(log, ptr, p, channel, version, cache, held)
   end
 end
 
+-- A stored field decoded, or a typed error naming the event: a projected entry edited since
+-- would otherwise fail inside cmsgpack, an untyped script error.
+local function decoded(eid, f, name)
+  local ok, v = pcall(cmsgpack.unpack, f[name])
+  if not ok or type(v) ~= 'table' then
+    corrupt('event ' .. eid .. ' has a ' .. name .. ' field that cannot be decoded: it was ' ..
+      'altered after it was projected (`streamsaver audit verify` names the edit)')
+  end
+  return v
+end
+
 local function read_checkpoint(log, ptr, eid, f, cache, holds)
+  if type(f.ns) ~= 'string' or type(f.id) ~= 'string' or type(f.cp) ~= 'string' then
+    corrupt('event ' .. eid .. ' lacks its ns, id or cp field: it was altered after it was ' ..
+      'projected (`streamsaver audit verify` names the edit)')
+  end
   local p = lp(f.ns)
   local header = {}
   for k, v in pairs(f) do
@@ -60,7 +75,7 @@ local function read_checkpoint(log, ptr, eid, f, cache, holds)
     end
   end
   local values = {}
-  local cv = cmsgpack.unpack(f.cv)
+  local cv = decoded(eid, f, 'cv')
   for i = 1, #cv, 2 do
     local held = holds and holds[cv[i]]
     local links, head, extends = value_chain(log, ptr, p, cv[i], cv[i + 1], cache, held)
@@ -82,15 +97,17 @@ local function read_checkpoint(log, ptr, eid, f, cache, holds)
     local l = cmsgpack.unpack(wl)
     for i = 1, #l, 4 do
       local wf = entry_fields(log, l[i + 2], cache)
-      if wf then
-        local pos = l[i + 3]
-        local wi = cmsgpack.unpack(wf.wi)
-        writes[#writes + 1] = l[i]
-        writes[#writes + 1] = tostring(l[i + 1])
-        writes[#writes + 1] = wf.path
-        writes[#writes + 1] = wi[pos * 2 + 1]
-        writes[#writes + 1] = wf['w' .. pos]
+      -- a checkpoint without some of its pending writes would resume as if they never ran
+      if wf == nil then
+        corrupt('pending writes of checkpoint ' .. f.id .. ' point at missing event ' .. l[i + 2])
       end
+      local pos = l[i + 3]
+      local wi = decoded(l[i + 2], wf, 'wi')
+      writes[#writes + 1] = l[i]
+      writes[#writes + 1] = tostring(l[i + 1])
+      writes[#writes + 1] = wf.path
+      writes[#writes + 1] = wi[pos * 2 + 1]
+      writes[#writes + 1] = wf['w' .. pos]
     end
   end
   return {eid, header, values, writes}
