@@ -47,7 +47,9 @@ def visible(saver: RedisStreamSaver, thread: str = "t") -> list[str]:
     return [t.config["configurable"]["checkpoint_id"] for t in saver.list(generate_config(thread))]
 
 
-def assert_refused(saver: RedisStreamSaver, client: redis.Redis, stale: Any, thread: str = "t") -> None:
+def assert_refused(
+    saver: RedisStreamSaver, client: redis.Redis, stale: Any, thread: str = "t"
+) -> None:
     log = thread_keys(saver.prefix, thread).log
     before = client.xlen(log), visible(saver, thread)
     with pytest.raises(ThreadDeletedError, match="start the thread afresh"):
@@ -137,7 +139,10 @@ def test_checkpoints_delete_for_runs_removed_cannot_be_continued(
     # what was not deleted goes on
     nxt = put(sync_saver, first, 2, run="keep")
     sync_saver.put_writes(nxt, [("messages", "fine")], "task")
-    assert visible(sync_saver) == [nxt["configurable"]["checkpoint_id"], first["configurable"]["checkpoint_id"]]
+    assert visible(sync_saver) == [
+        nxt["configurable"]["checkpoint_id"],
+        first["configurable"]["checkpoint_id"],
+    ]
 
 
 def test_a_copy_into_a_deleted_id_is_a_live_thread(

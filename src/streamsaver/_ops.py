@@ -620,12 +620,16 @@ class Operations:
                 return found
         return (yield from self.threads())
 
-    def threads(self) -> Flow[builtins.list[str]]:
-        logs = [_text(k) for k in (yield ScanLogs(log_pattern(self.prefix)))]
-        ids = [thread_id_of(self.prefix, log) for log in logs]
-        # a deleted thread's log holds its deletion until it expires or the id is used again
-        deleted = yield Each(tuple(Call(("HEXISTS", self.keys(t).ptr, "d")) for t in ids))
-        return sorted(t for t, d in zip(ids, deleted, strict=True) if d != 1)
+    def threads(self, deleted: bool = False) -> Flow[builtins.list[str]]:
+        """Every thread with a log; ``deleted``: also those whose log holds only their
+        deletion (lua/delete_thread.lua) until it expires or the id is used again."""
+        ids = [
+            thread_id_of(self.prefix, _text(k)) for k in (yield ScanLogs(log_pattern(self.prefix)))
+        ]
+        if deleted:
+            return sorted(ids)
+        marks = yield Each(tuple(Call(("HEXISTS", self.keys(t).ptr, "d")) for t in ids))
+        return sorted(t for t, d in zip(ids, marks, strict=True) if d != 1)
 
 
 def _text(value: bytes | str) -> str:
