@@ -86,6 +86,28 @@ def test_a_stale_worker_cannot_continue_a_deleted_history_after_fresh_puts(
     assert got is not None and SECRET + " 2" not in str(got.checkpoint)
 
 
+def test_a_stale_subgraph_cannot_start_under_a_deleted_checkpoint(
+    sync_saver: RedisStreamSaver, redis_client: redis.Redis
+) -> None:
+    stale = history(sync_saver, 2)[-1]
+    sync_saver.delete_thread("t")
+    fresh = history(sync_saver, 1)[-1]
+    log = thread_keys(sync_saver.prefix, "t").log
+    before = redis_client.xlen(log)
+    # a subgraph's first checkpoint has no parent in its namespace; its metadata names the
+    # parent graph's checkpoint it runs under
+    cp = generate_checkpoint(channel_values={"m": SECRET}, channel_versions={"m": 1})
+    child = generate_config("t", checkpoint_ns="child:1")
+    stale_id = stale["configurable"]["checkpoint_id"]
+    meta: Any = {"source": "loop", "step": 1, "parents": {"": stale_id}}
+    with pytest.raises(ThreadDeletedError, match=stale_id):
+        sync_saver.put(child, cp, meta, {"m": 1})
+    assert redis_client.xlen(log) == before
+    meta["parents"] = {"": fresh["configurable"]["checkpoint_id"]}
+    sync_saver.put(child, cp, meta, {"m": 1})
+    assert redis_client.xlen(log) == before + 1
+
+
 def test_a_second_deletion_still_refuses_the_first_history(
     sync_saver: RedisStreamSaver, redis_client: redis.Redis
 ) -> None:

@@ -21,17 +21,35 @@ end
 local f = fields_of(fields)
 -- Deleted history never comes back (projection.lua): the checkpoint this event continues (a
 -- put's parent, the one writes belong to) must be neither one delete_for_runs removed ('x')
--- nor one of a deleted history: up to 'g' and not in the thread's current history. A fresh
--- start (no parent) is always a new history.
+-- nor one of a deleted history: up to 'g' and not in the thread's current history. A put
+-- without parent starts a new history, unless it is a subgraph's first checkpoint whose
+-- parent namespaces' checkpoints (metadata 'parents') are deleted.
 local p = lp(f.ns or '')
 local named = f.k == 'writes' and f.id or (f.k == 'checkpoint' and f.parent ~= '' and f.parent)
 local marks = redis.call('HMGET', KEYS[3], 'g', 'd', 'x' .. p .. (named or ''))
-if named and (marks[3] or (marks[1] and not bytes_lt(marks[1], named)
-    and not redis.call('ZSCORE', KEYS[2], 'c' .. p .. named))) then
-  return redis.error_reply('STREAMSAVER_DELETED checkpoint ' .. named .. ' of thread ' ..
-    tostring(f.thread) .. ' was deleted (' .. (marks[3] and 'delete_for_runs' or 'delete_thread') ..
-    ') while this writer still had it; start the thread afresh (a put without checkpoint_id), ' ..
-    'or reload it (get_tuple) and continue from a checkpoint it holds')
+local function deleted_by(ns, id)
+  if marks[1] and not bytes_lt(marks[1], id)
+      and not redis.call('ZSCORE', KEYS[2], 'c' .. lp(ns) .. id) then
+    return 'delete_thread'
+  end
+end
+local refused = named
+local by = named and (marks[3] and 'delete_for_runs' or deleted_by(f.ns or '', named))
+if not by and marks[1] and f.k == 'checkpoint' then
+  local ok, meta = pcall(cmsgpack.unpack, f.meta or '')
+  if ok and type(meta) == 'table' and type(meta.parents) == 'table' then
+    for ns, id in pairs(meta.parents) do
+      if not by and type(ns) == 'string' and type(id) == 'string' then
+        refused, by = id, deleted_by(ns, id)
+      end
+    end
+  end
+end
+if by then
+  return redis.error_reply('STREAMSAVER_DELETED checkpoint ' .. refused .. ' of thread ' ..
+    tostring(f.thread) .. ' was deleted (' .. by .. ') while this writer still had it; ' ..
+    'start the thread afresh (a put without checkpoint_id), or reload it (get_tuple) and ' ..
+    'continue from a checkpoint it holds')
 end
 if ARGV[4] == 'fence' and f.k == 'checkpoint' then
   local ok, meta = pcall(cmsgpack.unpack, f.meta or '')
