@@ -243,8 +243,8 @@ local function apply_thread_deleted(log, ix, ptr, id, f)
 end
 
 -- A deleted thread's keys expire (delete_thread.lua) unless its id is used again: the write
--- that reuses it, about to clear 'd', starts a thread that must not expire with that record
--- (expire_thread() then gives it the writer's time to live, if any).
+-- that reuses it (whose apply cleared 'd') starts a thread that must not expire with that
+-- record (expire_thread() then gives it the writer's time to live, if any).
 local function reuse_deleted(log, ix, ptr)
   redis.call('PERSIST', log)
   redis.call('PERSIST', ix)
