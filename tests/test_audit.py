@@ -211,7 +211,14 @@ def test_history_of_a_deleted_thread_shows_its_deletion(
     before = sync_saver.verify_chain("linear-1")
     sync_saver.delete_thread("linear-1")
     sync_saver.prune(["linear-2"], strategy="delete")
-    assert list(sync_saver.history("linear-1")) == []
+    # the log starts again with the deletion, which names what it removed, no payload
+    [deleted] = sync_saver.history("linear-1")
+    assert deleted.kind == "thread_deleted" and deleted.thread_deleted is not None
+    assert (deleted.thread_deleted.count, deleted.thread_deleted.last_digest) == (
+        before.events,
+        before.head,
+    )
+    assert sync_saver.verify_chain("linear-1").ok
     [record] = sync_saver.deletions("linear-1")
     assert isinstance(record, ThreadDeletion)
     assert (record.events, record.head) == (before.events, before.head)
@@ -220,7 +227,7 @@ def test_history_of_a_deleted_thread_shows_its_deletion(
     sync_saver.delete_thread("never-existed")
     assert sync_saver.deletions("never-existed") == []
     lines = _export(sync_saver, ["linear-1"])
-    assert [json.loads(x)["type"] for x in lines] == ["export", "deleted", "end"]
+    assert [json.loads(x)["type"] for x in lines] == ["export", "deleted", "event", "end"]
 
 
 def test_config_metadata_reaches_events_and_list_filters(sync_saver: RedisStreamSaver) -> None:

@@ -17,7 +17,7 @@ import redis
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
 
 from streamsaver import FencedError, RedisStreamSaver, ThreadDeletedError
-from streamsaver._keys import thread_keys, tombstone_of
+from streamsaver._keys import thread_keys
 from tests.test_crash import _graph
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -100,15 +100,16 @@ def test_a_worker_cannot_resurrect_a_thread_deleted_under_it(
     (tmp_path / "go").write_text("")
     out, err = worker.communicate(timeout=60)
     assert out.strip() == "REFUSED ThreadDeletedError", err
-    # nothing of the thread came back: its tombstone is all there is (the feed is per slot)
-    keys = {k for k in redis_client.scan_iter(match=f"{prefix}:*") if b"{t}" in k}
-    assert keys == {tombstone_of(thread_keys(prefix, "t")).encode()}
+    # nothing of the thread came back: its log holds only its deletion, which expires
+    log = thread_keys(prefix, "t").log
+    assert [e[1][b"k"] for e in redis_client.xrange(log)] == [b"thread_deleted"]
+    assert all(redis_client.pttl(k) > 0 for k in thread_keys(prefix, "t"))
     assert saver.get_tuple({"configurable": {"thread_id": "t"}}) is None
     # a fresh start on the same thread id is a new thread, not a late write
     graph = _graph(saver)
     config: Any = {"configurable": {"thread_id": "t"}, "recursion_limit": 100}
     assert graph.invoke({"count": 995, "seen": []}, config)["count"] == 1000
-    assert not redis_client.exists(tombstone_of(thread_keys(prefix, "t")))
+    assert all(redis_client.pttl(k) == -1 for k in thread_keys(prefix, "t"))
 
 
 def test_fencing_refuses_the_second_of_two_writers_resuming_one_thread(
@@ -158,7 +159,8 @@ def test_late_put_writes_after_delete_are_refused_and_write_nothing(
     try:
         sync_saver.put_writes(stored, [("n", 1)], "task")
     except ThreadDeletedError as exc:
-        assert "start it afresh" in str(exc)
+        assert "start the thread afresh" in str(exc)
     else:
         raise AssertionError("a late put_writes was accepted")
-    assert not redis_client.exists(thread_keys(sync_saver.prefix, "t").log)
+    log = thread_keys(sync_saver.prefix, "t").log
+    assert [e[1][b"k"] for e in redis_client.xrange(log)] == [b"thread_deleted"]

@@ -15,6 +15,7 @@ import pytest
 import redis
 
 from streamsaver import RedisStreamSaver
+from streamsaver._feed import slot_of
 from streamsaver._keys import thread_keys
 from streamsaver._projection import slot_keys
 
@@ -224,7 +225,7 @@ def test_threads_that_vanish_are_left_out_then_forgotten(
     for n in range(5):
         work(sync_saver, f"t{n}", 2, "r")
     sync_saver.seed_projections()
-    sync_saver.delete_thread("t1")  # leaves no feed entry
+    sync_saver.delete_thread("t1")  # not applied: no projector runs
     redis_client.pexpire(thread_keys(prefix, "t2").log, 1)  # expiry, as retention does
     while redis_client.exists(thread_keys(prefix, "t2").log):
         time.sleep(0.01)
@@ -239,3 +240,34 @@ def test_threads_that_vanish_are_left_out_then_forgotten(
     sync_saver.seed_projections()
     assert projections(redis_client, prefix) == swept
     assert sorted(i.thread_id for i in sync_saver.threads()) == remaining
+
+
+def test_a_deleted_thread_leaves_the_projections_until_its_id_is_used_again(
+    sync_saver: RedisStreamSaver, redis_client: redis.Redis, prefix: str
+) -> None:
+    for n in range(3):
+        work(sync_saver, f"t{n}", 2, f"r{n}")
+    sync_saver.seed_projections()
+    slot = slot_of(thread_keys(prefix, "t1").log)
+    registry = slot_keys(prefix, slot).registry
+
+    def applied_equals_a_seed() -> None:
+        while sync_saver.project(slot).more:
+            pass
+        incremental = projections(redis_client, prefix)
+        sync_saver.seed_projections()
+        assert projections(redis_client, prefix) == incremental
+
+    # the deletion's thread_deleted event is in the feed: applying it forgets the thread
+    sync_saver.delete_thread("t1")
+    applied_equals_a_seed()
+    assert not redis_client.hexists(registry, "t1")
+    assert sorted(i.thread_id for i in sync_saver.threads()) == ["t0", "t2"]
+    assert sync_saver.thread_ids() == ["t0", "t2"]
+    assert sync_saver.sweep_projections() == 0
+    # a fresh start on the id is a live thread again
+    work(sync_saver, "t1", 1, "again")
+    applied_equals_a_seed()
+    assert redis_client.hexists(registry, "t1")
+    assert sorted(i.thread_id for i in sync_saver.threads()) == ["t0", "t1", "t2"]
+    assert sync_saver.thread_ids() == ["t0", "t1", "t2"]

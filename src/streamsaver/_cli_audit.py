@@ -108,7 +108,7 @@ def run(args: argparse.Namespace, prog: str) -> int:
     with RedisStreamSaver.from_conn_string(args.url, prefix=args.prefix, serde=_serde(args)) as s:
         if verb == "show":
             return _show(s, args)
-        targets = s.thread_ids() if args.all else [args.thread_id]
+        targets = s.thread_ids(deleted=True) if args.all else [args.thread_id]
         if verb == "export":
             return _export(s, targets, args.out)
         return _verify(s, targets)

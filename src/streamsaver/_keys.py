@@ -22,7 +22,6 @@ __all__ = [
     "scratch_keys",
     "thread_id_of",
     "thread_keys",
-    "tombstone_of",
     "validate_prefix",
 ]
 
@@ -35,11 +34,6 @@ class ThreadKeys(NamedTuple):
     log: str
     ix: str
     ptr: str
-
-
-def tombstone_of(keys: ThreadKeys) -> str:
-    """The key a deleted thread leaves for a while (lua/delete_thread.lua): same slot."""
-    return keys.log[: -len("log")] + "gone"
 
 
 def validate_prefix(prefix: object) -> str:

@@ -47,7 +47,6 @@ from ._keys import (
     scratch_keys,
     thread_id_of,
     thread_keys,
-    tombstone_of,
 )
 
 __all__ = [
@@ -75,7 +74,8 @@ MIN_SERVER = (6, 2)
 _PAGE = 100
 _COPY_BATCH = 200
 _LOG_PAGE = 500
-# how long a deleted thread refuses writes that continue its old history
+# how long the keys of a deleted thread, never used again, keep refusing writes that continue
+# its deleted history (lua/delete_thread.lua); a thread that uses the id again keeps that for good
 TOMBSTONE_MS = 7 * 24 * 3600 * 1000
 
 
@@ -246,9 +246,10 @@ class Operations:
     projections: Projections | None = None
 
     def appending(self, keys: ThreadKeys) -> tuple[str, ...]:
-        """Keys of a script that appends to a thread: its three, its slot's feed, and the
-        tombstone a deletion leaves."""
-        return (*keys, feed_of_log(self.prefix, keys.log), tombstone_of(keys))
+        """Keys of a script that appends to a thread: its three and its slot's feed. Only keys
+        that exist while the thread does: a script naming a key absent from a slot being
+        migrated is refused (TRYAGAIN) on Redis Cluster."""
+        return (*keys, feed_of_log(self.prefix, keys.log))
 
     @property
     def _append(self) -> str:
@@ -480,7 +481,7 @@ class Operations:
         yield Eval(
             "delete_thread",
             (*self.appending(keys), audit),
-            (thread_id, TOMBSTONE_MS, self.ttl_ms),
+            (*self._appending_args(), thread_id, TOMBSTONE_MS, self.ttl_ms),
             write=True,
         )
 
@@ -662,9 +663,16 @@ class Operations:
                 return found
         return (yield from self.threads())
 
-    def threads(self) -> Flow[builtins.list[str]]:
-        keys = yield ScanLogs(log_pattern(self.prefix))
-        return sorted(thread_id_of(self.prefix, _text(k)) for k in keys)
+    def threads(self, deleted: bool = False) -> Flow[builtins.list[str]]:
+        """Every thread with a log; ``deleted``: also those whose log holds only their
+        deletion (lua/delete_thread.lua) until it expires or the id is used again."""
+        ids = [
+            thread_id_of(self.prefix, _text(k)) for k in (yield ScanLogs(log_pattern(self.prefix)))
+        ]
+        if deleted:
+            return sorted(ids)
+        marks = yield Each(tuple(Call(("HEXISTS", self.keys(t).ptr, "d")) for t in ids))
+        return sorted(t for t, d in zip(ids, marks, strict=True) if d != 1)
 
 
 def _text(value: bytes | str) -> str:

@@ -55,6 +55,9 @@ def event_line(event: ThreadEvent, steps: Steps, every: bool, values: bool = Fal
     elif event.kind == "pruned" and event.pruned is not None:
         p = event.pruned
         who = f"pruned {p.count} event(s) {p.first_id}..{p.last_id}"
+    elif event.kind == "thread_deleted" and event.thread_deleted is not None:
+        d = event.thread_deleted
+        who = f"thread deleted: {d.count} event(s), last {d.last_id}"
     else:
         who = f"deleted {len(event.deleted)} checkpoint(s) of run(s) {','.join(event.runs)}"
     parts = [_when(event)]

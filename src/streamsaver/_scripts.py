@@ -21,7 +21,7 @@ _ENTRIES: dict[str, tuple[str, ...]] = {
     "list": (*_READ, "list.lua"),
     "delta_history": (*_READ, "delta.lua", "delta_history.lua"),
     "delete_runs": (*_COMPACT, "delete_runs.lua"),
-    "delete_thread": ("common.lua", "delete_thread.lua"),
+    "delete_thread": (*_WRITE, "delete_thread.lua"),
     "replay": (*_WRITE, "replay.lua"),
     "verify": (*_WRITE, "verify.lua"),
     "import": (*_WRITE, "import.lua"),

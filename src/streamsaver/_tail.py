@@ -36,7 +36,7 @@ from ._config import thread_id_str
 from ._errors import InvalidInputError
 from ._feed import SLOTS, feed_key, parked_key, slot_of
 from ._keys import thread_keys
-from .events import Delivery, FeedCursor, Pruned, SkippedEvent, ThreadEvent
+from .events import DeletedHistory, Delivery, FeedCursor, Pruned, SkippedEvent, ThreadEvent
 
 __all__ = [
     "DEFAULT_BLOCK_MS",
@@ -126,7 +126,7 @@ Report = Callable[[SkippedEvent], None]
 
 _SCRIPTS = ("group_claim", "group_leave")
 _ID = re.compile(r"\d+-\d+")
-_KINDS = ("checkpoint", "writes", "delete", "pruned")
+_KINDS = ("checkpoint", "writes", "delete", "pruned", "thread_deleted")
 
 
 @cache
@@ -298,6 +298,14 @@ def _decode(
             last_digest=fields[b"last"].decode(),
         )
         return ThreadEvent(**base)
+    if kind == "thread_deleted":
+        base["thread_deleted"] = DeletedHistory(
+            count=int(fields[b"n"]),
+            last_id=fields[b"last"].decode() or None,
+            last_digest=fields[b"head"].decode(),
+            upto=fields[b"upto"].decode(),
+        )
+        return ThreadEvent(**base)
     if kind == "delete":
         items = ormsgpack.unpackb(fields[b"items"])
         base["deleted"] = tuple(zip(items[::2], items[1::2], strict=True))
@@ -326,7 +334,7 @@ def _in_namespace(event: ThreadEvent, ns: str | None) -> bool:
         return True
     if event.kind == "delete":
         return any(item_ns == ns for item_ns, _ in event.deleted)
-    if event.kind == "pruned":  # trimmed every namespace
+    if event.kind in ("pruned", "thread_deleted"):  # every namespace
         return True
     return event.checkpoint_ns == ns
 

@@ -326,10 +326,10 @@ class AsyncRedisStreamSaver(StreamSaverBase):
         atomic script: (applied, skipped, problems); no problems means consistent."""
         return await self._run(self._ops.verify(thread_id))
 
-    async def athread_ids(self) -> builtins.list[str]:
+    async def athread_ids(self, *, deleted: bool = False) -> builtins.list[str]:
         """Every thread id under this prefix, sorted (SCAN on every primary; not for hot
-        paths)."""
-        return await self._run(self._ops.threads())
+        paths); with ``deleted``, also the threads whose log holds only their deletion."""
+        return await self._run(self._ops.threads(deleted))
 
     # --- the audit trail (streamsaver.audit, docs/audit.md); see RedisStreamSaver -------------
 

@@ -152,7 +152,8 @@ def _maintain(args: argparse.Namespace, prog: str) -> int:
             for info in saver.threads(limit=args.limit):
                 print(info.model_dump_json() if args.json else _thread_line(info))
             return 0
-        targets = saver.thread_ids() if args.all else args.thread
+        # a deleted thread's log is rebuilt and verified too: it refuses its stale writers
+        targets = saver.thread_ids(deleted=True) if args.all else args.thread
         if args.command == "rebuild":
             report = rebuild_threads(saver, targets, progress_bar())
             for thread_id, problems in report.problems.items():

@@ -21,6 +21,7 @@ from ._config import make_config
 
 __all__ = [
     "SCHEMA_VERSION",
+    "DeletedHistory",
     "Delivery",
     "FeedCursor",
     "ProjectorLag",
@@ -33,7 +34,7 @@ __all__ = [
     "Undecoded",
 ]
 
-EventKind = Literal["checkpoint", "writes", "delete", "pruned"]
+EventKind = Literal["checkpoint", "writes", "delete", "pruned", "thread_deleted"]
 
 
 class Pruned(BaseModel):
@@ -45,6 +46,21 @@ class Pruned(BaseModel):
     first_id: str = Field(description="the first entry removed")
     last_id: str = Field(description="the last entry removed")
     last_digest: str = Field(description="its chain digest ('' if it had none)")
+
+
+class DeletedHistory(BaseModel):
+    """What ``delete_thread`` removed: the ``thread_deleted`` event that starts the thread's log
+    again (the same as its record in the audit stream, plus ``upto``)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    count: int = Field(description="how many events the deleted log held")
+    last_id: str | None = Field(description="the deleted log's last entry")
+    last_digest: str = Field(description="its chain digest ('' if it had none)")
+    upto: str = Field(
+        description="the greatest checkpoint id the thread's deleted histories held: writes "
+        "continuing a checkpoint up to it that the thread does not hold are refused"
+    )
 
 
 class ThreadEvent(BaseModel):
@@ -88,6 +104,9 @@ class ThreadEvent(BaseModel):
         default=None, description="copy_thread: (source thread id, source event id)"
     )
     pruned: Pruned | None = Field(default=None, description="pruned: what was removed")
+    thread_deleted: DeletedHistory | None = Field(
+        default=None, description="thread_deleted: what delete_thread removed"
+    )
     digest: str | None = Field(
         default=None,
         description="the event's chain digest (dg, docs/audit.md); None if written unchained",

@@ -303,10 +303,10 @@ class RedisStreamSaver(StreamSaverBase):
         the event or index entry; no problems means consistent."""
         return self._run(self._ops.verify(thread_id))
 
-    def thread_ids(self) -> builtins.list[str]:
+    def thread_ids(self, *, deleted: bool = False) -> builtins.list[str]:
         """Every thread id under this prefix, sorted (SCAN on every primary; not for hot
-        paths)."""
-        return self._run(self._ops.threads())
+        paths); with ``deleted``, also the threads whose log holds only their deletion."""
+        return self._run(self._ops.threads(deleted))
 
     # --- the audit trail (streamsaver.audit, docs/audit.md) -----------------------------------
 

@@ -1,5 +1,5 @@
 -- Append one event to a thread's log and project it, atomically.
--- KEYS: log ix ptr feed gone (common.lua; gone: delete_thread.lua's tombstone)
+-- KEYS: log ix ptr feed (common.lua)
 -- ARGV[1]: the feed's MAXLEN (0: no pointer)   ARGV[2]: 'chain' or '' (common.lua)
 -- ARGV[3]: '' or, for a checkpoint with append parts, a msgpack list of the heads
 --          ("<event id> <field>") the client saw for each part's base, in nv order
@@ -19,14 +19,37 @@ for i = 7, #ARGV do
   fields[i - 6] = ARGV[i]
 end
 local f = fields_of(fields)
-local continues = f.k == 'writes' or (f.k == 'checkpoint' and (f.parent or '') ~= '')
-if KEYS[5] ~= nil and redis.call('EXISTS', KEYS[5]) == 1 then
-  if continues then
-    return redis.error_reply('STREAMSAVER_DELETED thread ' .. tostring(f.thread) .. ' was ' ..
-      'deleted while this writer still had its history; start it afresh (a put without ' ..
-      'checkpoint_id) to use the thread id again')
+-- Deleted history never comes back (projection.lua): the checkpoint this event continues (a
+-- put's parent, the one writes belong to) must be neither one delete_for_runs removed ('x')
+-- nor one of a deleted history: up to 'g' and not in the thread's current history. A put
+-- without parent starts a new history, unless it is a subgraph's first checkpoint whose
+-- parent namespaces' checkpoints (metadata 'parents') are deleted.
+local p = lp(f.ns or '')
+local named = f.k == 'writes' and f.id or (f.k == 'checkpoint' and f.parent ~= '' and f.parent)
+local marks = redis.call('HMGET', KEYS[3], 'g', 'd', 'x' .. p .. (named or ''))
+local function deleted_by(ns, id)
+  if marks[1] and not bytes_lt(marks[1], id)
+      and not redis.call('ZSCORE', KEYS[2], 'c' .. lp(ns) .. id) then
+    return 'delete_thread'
   end
-  redis.call('DEL', KEYS[5])
+end
+local refused = named
+local by = named and (marks[3] and 'delete_for_runs' or deleted_by(f.ns or '', named))
+if not by and marks[1] and f.k == 'checkpoint' then
+  local ok, meta = pcall(cmsgpack.unpack, f.meta or '')
+  if ok and type(meta) == 'table' and type(meta.parents) == 'table' then
+    for ns, id in pairs(meta.parents) do
+      if not by and type(ns) == 'string' and type(id) == 'string' then
+        refused, by = id, deleted_by(ns, id)
+      end
+    end
+  end
+end
+if by then
+  return redis.error_reply('STREAMSAVER_DELETED checkpoint ' .. refused .. ' of thread ' ..
+    tostring(f.thread) .. ' was deleted (' .. by .. ') while this writer still had it; ' ..
+    'start the thread afresh (a put without checkpoint_id), or reload it (get_tuple) and ' ..
+    'continue from a checkpoint it holds')
 end
 if ARGV[4] == 'fence' and f.k == 'checkpoint' then
   local ok, meta = pcall(cmsgpack.unpack, f.meta or '')
@@ -74,6 +97,10 @@ if reply == nil then
   reply, f.dg = append_event(KEYS[1], fields)
   apply(KEYS[1], KEYS[2], KEYS[3], reply, f)
   notify(KEYS[4], ARGV[1], reply, f)
+end
+-- after the append: a write of a server out of memory is refused before it writes anything
+if marks[2] then
+  reuse_deleted(KEYS[1], KEYS[2], KEYS[3])
 end
 expire_thread(KEYS[1], {KEYS[2], KEYS[3]}, ARGV[5])
 return reply

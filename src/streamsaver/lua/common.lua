@@ -135,14 +135,19 @@ end
 -- without it (indexes dropped, unchained entries) the entry is read. KEYS[3] is the ptr hash.
 -- Returns the entry id and its dg (nil when not chained).
 local heads = {}
+local function chain_head(log)
+  local prev = heads[log] or redis.call('HGET', KEYS[3], 'h')
+  if not prev then
+    local last = redis.call('XREVRANGE', log, '+', '-', 'COUNT', 1)[1]
+    prev = last and fields_of(last[2]).dg or ''
+  end
+  return prev
+end
+
 local function append_event(log, fields)
   local dg = nil
   if ARGV[2] == 'chain' then
-    local prev = heads[log] or redis.call('HGET', KEYS[3], 'h')
-    if not prev then
-      local last = redis.call('XREVRANGE', log, '+', '-', 'COUNT', 1)[1]
-      prev = last and fields_of(last[2]).dg or ''
-    end
+    local prev = chain_head(log)
     -- lp() of each field, without copying the values into prefixed strings first
     local parts = {}
     for i = 1, #fields do

@@ -1,8 +1,9 @@
 -- Compaction: rewrite a thread's log so it holds only what must survive, then trim the head.
 -- Used by prune (keep the latest), by append (a saver's keep_last) and by delete_runs (drop the
 -- deleted runs' payloads). Entries never leave the middle of a log: what survives is appended
--- again, in its original order, and everything older than the first copy is trimmed (XTRIM
--- MINID), so the log stays an append-only sequence a reader or an audit can follow.
+-- again, in its original order, and everything older than the first copy is trimmed (in one
+-- script, so no reader sees the log between), so the log stays an append-only sequence a
+-- reader or an audit can follow.
 --
 -- What is appended again, each copy naming its source in 'origin':
 --   1. every record, i.e. any projected event that is neither a checkpoint nor writes (today:
@@ -267,11 +268,16 @@ local function compact(log, ix, ptr, feed, maxlen, keep, extra)
   end
   table.insert(events, 1, pruned_event(log))
   first_extra = first_extra + 1
+  -- Everything the copies need is read: the old entries go first (the stream keeps its last
+  -- id, so the copies still sort after them, and the chain goes on from the head read here).
+  -- On a server out of memory Redis refuses a script whose first write may grow memory
+  -- (XADD), not one that starts by freeing it: a compaction frees memory, so it must work then.
+  heads[log] = chain_head(log)
+  local removed = redis.call('XTRIM', log, 'MAXLEN', 0)
   local ids = {}
   for i, ev in ipairs(events) do
     ids[i] = append_event(log, ev)
   end
-  local removed = redis.call('XTRIM', log, 'MINID', ids[1])
   redis.call('DEL', ix, ptr)
   for i, ev in ipairs(events) do
     local f = fields_of(ev)

@@ -1,24 +1,58 @@
 -- delete_thread (and prune with strategy "delete"): drop the thread's log and indexes, record
--- the deletion in the audit stream of the slot, and leave a tombstone, a one-event stream of
--- the same slot that expires after ARGV[2] ms. While it lives, append.lua refuses events that
--- continue the deleted history (a worker still running when its thread was deleted must not
--- bring it back); a fresh start (a put with no parent) clears it.
+-- the deletion in the audit stream of the slot, and start the log again with one
+-- 'thread_deleted' event (projection.lua), which keeps every worker still holding the deleted
+-- history from continuing it (append.lua), even once the id is used again. The keys of a
+-- thread deleted and not used again expire after ARGV[4] ms.
 -- The audit record (docs/audit.md) keeps what the deleted log was, none of its payloads: its
 -- event count, last entry id and that entry's chain digest, so an export made before can be
--- matched against it. streamsaver never trims the audit stream.
--- KEYS: log ix ptr feed gone audit   ARGV[1]: thread id   ARGV[2]: tombstone lifetime in ms
--- ARGV[3]: the saver's thread time to live in ms (0: none): the tombstone lives no longer,
--- since the thread it guards would have expired by then anyway
--- Returns the number of keys deleted.
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)[1]
-  redis.call('XADD', KEYS[6], '*', 'k', 'thread_deleted', 'sv', tostring(SCHEMA),
-             'thread', ARGV[1], 'n', tostring(redis.call('XLEN', KEYS[1])),
-             'last', last and last[1] or '', 'head', last and fields_of(last[2]).dg or '')
+-- matched against it. streamsaver never trims the audit stream. The thread_deleted event
+-- carries the same, and 'upto': the greatest checkpoint id the deleted history held.
+-- KEYS: log ix ptr feed audit   ARGV[1]: the feed's MAXLEN   ARGV[2]: 'chain' or ''
+-- ARGV[3]: thread id   ARGV[4]: how long a deleted thread's keys stay, in ms
+-- ARGV[5]: the saver's thread time to live in ms (0: none): they stay no longer, since the
+-- thread would have expired by then anyway
+-- Returns the number of events the deleted log held (0: nothing to delete, nothing written).
+if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('HEXISTS', KEYS[3], 'd') == 1 then
+  return 0
 end
-local n = redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
-redis.call('DEL', KEYS[5])
-redis.call('XADD', KEYS[5], '*', 'k', 'deleted', 'sv', tostring(SCHEMA), 'thread', ARGV[1])
-local ttl = tonumber(ARGV[3]) or 0
-redis.call('PEXPIRE', KEYS[5], (ttl > 0 and ttl < tonumber(ARGV[2])) and ttl or ARGV[2])
+-- Everything is read before the first write, a DEL: on a server out of memory Redis refuses a
+-- script whose first write may grow memory, not one that starts by freeing it.
+local upto = redis.call('HGET', KEYS[3], 'g') or ''
+local function seen(id)
+  if bytes_lt(upto, id) then
+    upto = id
+  end
+end
+for _, m in ipairs(redis.call('ZRANGEBYLEX', KEYS[2], '[c', '[c\255')) do
+  local _, id = split_lp(string.sub(m, 2))
+  seen(id)
+end
+-- checkpoints delete_for_runs removed may be the newest: its records name them
+local cache = {}
+for _, m in ipairs(redis.call('ZRANGEBYLEX', KEYS[2], '[e', '[e\255')) do
+  local f = entry_fields(KEYS[1], string.sub(m, 2), cache)
+  local ok, items = pcall(cmsgpack.unpack, f and f.k == 'delete' and f.items or '\144')
+  for i = 2, ok and type(items) == 'table' and #items or 0, 2 do
+    if type(items[i]) == 'string' then
+      seen(items[i])
+    end
+  end
+end
+local n = redis.call('XLEN', KEYS[1])
+local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)[1]
+local last_id, head = last and last[1] or '', last and fields_of(last[2]).dg or ''
+cache, last = nil, nil
+
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
+redis.call('XADD', KEYS[5], '*', 'k', 'thread_deleted', 'sv', tostring(SCHEMA), 'thread', ARGV[3],
+           'n', tostring(n), 'last', last_id, 'head', head)
+local ev = {'k', 'thread_deleted', 'sv', tostring(SCHEMA), 'thread', ARGV[3], 'n', tostring(n),
+            'last', last_id, 'head', head, 'upto', upto}
+local f = fields_of(ev)
+local id
+id, f.dg = append_event(KEYS[1], ev)
+apply(KEYS[1], KEYS[2], KEYS[3], id, f)
+notify(KEYS[4], ARGV[1], id, f)
+local ttl = tonumber(ARGV[5]) or 0
+expire_thread(KEYS[1], {KEYS[2], KEYS[3]}, (ttl > 0 and ttl < tonumber(ARGV[4])) and ttl or ARGV[4])
 return n

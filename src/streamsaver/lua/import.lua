@@ -7,6 +7,8 @@
 -- target does not hold (the source's log is damaged: its own rebuild skips the event) is an
 -- error naming the source's event, raised before that event is appended: a copy is refused,
 -- as a write would be, rather than carried over unprojected.
+-- a copy into a deleted thread's id is a thread of its own (projection.lua's reuse_deleted())
+local deleted = redis.call('HEXISTS', KEYS[3], 'd') == 1
 local i, n = 4, 0
 while i <= #ARGV do
   local count = tonumber(ARGV[i])
@@ -33,6 +35,9 @@ while i <= #ARGV do
   notify(KEYS[4], ARGV[1], id, f)
   i = i + count + 1
   n = n + 1
+end
+if deleted and redis.call('HEXISTS', KEYS[3], 'd') == 0 then
+  reuse_deleted(KEYS[1], KEYS[2], KEYS[3])
 end
 expire_thread(KEYS[1], {KEYS[2], KEYS[3]}, ARGV[3])
 return n

@@ -15,7 +15,7 @@ if not cursor then
   return {'behind'}
 end
 local batch = after_cursor(feed, cursor, stop, count)
-local known = {checkpoint = true, writes = true, delete = true}
+local known = {checkpoint = true, writes = true, delete = true, thread_deleted = true}
 local order, whole, unknown, acc = {}, {}, {}, {}
 for _, e in ipairs(batch) do
   local p = fields_of(e[2])
@@ -26,8 +26,9 @@ for _, e in ipairs(batch) do
       whole[t] = false
     end
     local f = nil
-    if p.k == 'pruned' then
-      -- a compaction's tombstone: the copies after it rewrote the thread, recomputed below
+    if p.k == 'pruned' or p.k == 'thread_deleted' then
+      -- a compaction's tombstone (the copies after it rewrote the thread) or a deletion:
+      -- recomputed below
       f = nil
     elseif known[p.k] then
       local base = thread_base(prefix, t)

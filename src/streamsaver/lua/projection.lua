@@ -169,6 +169,8 @@ local function apply_checkpoint(log, ix, ptr, id, f, nv)
     -- a version names one value: the first stored stays, so a delta's base cannot change
     sink.hsetnx(ptr, 'b' .. p .. lp(nv[i]) .. nv[i + 1], ref)
   end
+  -- a deleted thread's id in use again (apply_thread_deleted)
+  sink.hdel(ptr, 'd')
 end
 
 local function check_writes(f)
@@ -221,6 +223,7 @@ local function apply_writes(log, ix, ptr, id, f, wi)
     end
   end
   sink.hset(ptr, key, cmsgpack.pack(list))
+  sink.hdel(ptr, 'd')
 end
 
 local function check_delete(f)
@@ -248,8 +251,40 @@ local function apply_delete(log, ix, ptr, id, f, items)
     sink.zrem(ix, member)
     sink.hdel(ptr, member)
     sink.hdel(ptr, 'w' .. p .. items[i + 1])
+    -- a worker that still holds it must not continue it (append.lua). Set last: freeing
+    -- first lets delete_runs.lua run on a server out of memory (delete_thread.lua)
+    sink.hset(ptr, 'x' .. p .. items[i + 1], id)
   end
   -- channel values stay: later checkpoints may still read them
+end
+
+-- 'thread_deleted' (delete_thread.lua) starts the log of a deleted thread: the thread is
+-- deleted until a checkpoint or writes use its id again ('d', its id, cleared by their apply),
+-- and no event may continue a checkpoint up to 'upto', the greatest checkpoint id its deleted
+-- histories held ('g', kept across reuses; append.lua). Checkpoint ids are uuid6 (they sort by
+-- time), so what a new history writes sorts after it.
+local function check_thread_deleted(f)
+  if type(f.upto) ~= 'string' then
+    return nil, 'no upto'
+  end
+  return true
+end
+
+local function apply_thread_deleted(log, ix, ptr, id, f)
+  local g = sink.hget(ptr, 'g')
+  if f.upto ~= '' and (not g or bytes_lt(g, f.upto)) then
+    sink.hset(ptr, 'g', f.upto)
+  end
+  sink.hset(ptr, 'd', id)
+end
+
+-- A deleted thread's keys expire (delete_thread.lua) unless its id is used again: the write
+-- that reuses it (whose apply cleared 'd') starts a thread that must not expire with that
+-- record (expire_thread() then gives it the writer's time to live, if any).
+local function reuse_deleted(log, ix, ptr)
+  redis.call('PERSIST', log)
+  redis.call('PERSIST', ix)
+  redis.call('PERSIST', ptr)
 end
 
 -- 'pruned' (compact.lua) records what a prune trimmed, for the audit trail: nothing to project
@@ -265,6 +300,7 @@ local KINDS = {
   writes = {check_writes, apply_writes},
   delete = {check_delete, apply_delete},
   pruned = {check_pruned, apply_pruned},
+  thread_deleted = {check_thread_deleted, apply_thread_deleted},
 }
 
 -- The tombstone a prune appends before trimming every older entry: how many, their id range

@@ -84,8 +84,17 @@ local function named(entries)
   return order, seen
 end
 
--- A thread's registry row, or nil when its log is gone.
+-- Whether a thread is live: its log exists and does not record its deletion (a deleted
+-- thread's log holds its thread_deleted event until it expires or the id is used again).
+local function live(log, ptr)
+  return redis.call('EXISTS', log) == 1 and redis.call('HEXISTS', ptr, 'd') == 0
+end
+
+-- A thread's registry row, or nil when it is gone (deleted or expired).
 local function thread_row(log, ix, ptr)
+  if redis.call('HEXISTS', ptr, 'd') == 1 then
+    return nil
+  end
   local last = redis.call('XREVRANGE', log, '+', '-', 'COUNT', 1)[1]
   if last == nil then
     return nil

@@ -36,9 +36,10 @@ while want == 0 or taken < want do
   offset = offset + #chunk / 2
   for i = 1, #chunk, 2 do
     local t, ms = chunk[i], tonumber(chunk[i + 1])
-    -- a thread deleted or expired since its row was written has no log: not listed
+    -- a thread deleted or expired since its row was written: not listed
+    local base = thread_base(prefix, t)
     if not is_pending[t] and beyond(ms, t) and (want == 0 or taken < want)
-        and redis.call('EXISTS', thread_base(prefix, t) .. 'log') == 1 then
+        and live(base .. 'log', base .. 'ptr') then
       out[#out + 1] = t
       out[#out + 1] = redis.call('HGET', KEYS[3], t)
       taken = taken + 1
