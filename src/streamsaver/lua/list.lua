@@ -112,6 +112,9 @@ while true do
   local batch = redis.call('ZREVRANGEBYLEX', KEYS[2], hi, lo, 'LIMIT', 0, want)
   want = 100
   if #batch == 0 then
+    if scanned == 0 and cursor == '' then
+      check_absent(KEYS[1], KEYS[2], KEYS[3], p, nil)
+    end
     return finish('')
   end
   for _, m in ipairs(batch) do
@@ -122,8 +125,8 @@ while true do
       wanted = (exact == '' or cid == exact) and (before == '' or bytes_lt(cid, before))
     end
     if wanted then
-      local eid, f = checkpoint_event(KEYS[1], KEYS[3], m, cache)
-      if eid ~= nil and matches(f) then
+      local eid, f = checkpoint_event(KEYS[1], KEYS[3], m, cache, true)
+      if matches(f) then
         picked[#picked + 1] = {eid, f}
       end
     end

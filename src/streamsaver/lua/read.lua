@@ -10,6 +10,19 @@ local function corrupt(what)
   error({err = 'STREAMSAVER_CORRUPT ' .. what})
 end
 
+-- An index points at an event the log does not hold: the data is gone, and replaying the log
+-- (a rebuild) cannot bring it back.
+local function lost(log, what)
+  if redis.call('EXISTS', log) == 0 then
+    what = what .. ', and the thread\'s whole log is gone'
+  end
+  error({err = integrity('LOST', {log, what})})
+end
+
+local function describe(ns, id)
+  return 'checkpoint ' .. id .. ' (namespace "' .. ns .. '")'
+end
+
 -- The links of (channel, version): {{version, base, part}, ...} from the newest part down to
 -- the whole value it extends, and the head reference; nil when nothing is stored. With `held`
 -- ({version, head} of a value the client holds), the walk stops above that value if its
@@ -33,7 +46,10 @@ local function value_chain(log, ptr, p, channel, version, cache, held)
     local eid = string.sub(ref, 1, s1 - 1)
     local field = string.sub(ref, s1 + 1, (s2 or 0) - 1)
     local f = entry_fields(log, eid, cache)
-    if f == nil or f[field] == nil then
+    if f == nil then
+      lost(log, 'the value of channel ' .. channel .. ' points at event ' .. eid ..
+        ', which the log no longer holds')
+    elseif f[field] == nil then
       corrupt('value of channel ' .. channel .. ' points at missing event ' .. eid)
     end
     head = head or (eid .. ' ' .. field)
@@ -64,7 +80,11 @@ local function read_checkpoint(log, ptr, eid, f, cache, holds)
   for i = 1, #cv, 2 do
     local held = holds and holds[cv[i]]
     local links, head, extends = value_chain(log, ptr, p, cv[i], cv[i + 1], cache, held)
-    if links then
+    if links == nil then
+      -- an empty channel is stored too (an explicit marker), so nothing stored means lost:
+      -- the checkpoint without it would be state that never existed
+      error({err = integrity('MISSING', {log, f.ns, f.id, cv[i], cv[i + 1]})})
+    else
       local parts = {}
       for j, link in ipairs(links) do
         parts[j] = link[3]
@@ -82,7 +102,10 @@ local function read_checkpoint(log, ptr, eid, f, cache, holds)
     local l = cmsgpack.unpack(wl)
     for i = 1, #l, 4 do
       local wf = entry_fields(log, l[i + 2], cache)
-      if wf then
+      if wf == nil then
+        lost(log, 'a pending write of task ' .. l[i] .. ' to ' .. describe(f.ns, f.id) ..
+          ' points at event ' .. l[i + 2] .. ', which the log no longer holds')
+      else
         local pos = l[i + 3]
         local wi = cmsgpack.unpack(wf.wi)
         writes[#writes + 1] = l[i]
@@ -96,14 +119,66 @@ local function read_checkpoint(log, ptr, eid, f, cache, holds)
   return {eid, header, values, writes}
 end
 
-local function checkpoint_event(log, ptr, member, cache)
+-- The checkpoint whose ix member is `member`: its event id and fields, or nil when the thread
+-- has no such checkpoint. `listed`: ix holds the member, so the pointer must exist.
+local function checkpoint_event(log, ptr, member, cache, listed)
   local eid = redis.call('HGET', ptr, member)
-  if not eid then
+  if not eid and not listed then
     return nil, nil
   end
-  local f = entry_fields(log, eid, cache)
-  if f == nil then
-    corrupt('index entry ' .. member .. ' points at missing event ' .. eid)
+  local f = eid and entry_fields(log, eid, cache)
+  if f then
+    return eid, f
   end
-  return eid, f
+  local what = describe(split_lp(string.sub(member, 2)))
+  if eid then
+    lost(log, what .. ' points at event ' .. eid .. ', which the log no longer holds')
+  elseif redis.call('EXISTS', ptr) == 1 then
+    -- ptr was lost and re-created by later writes: the log may still hold the event
+    corrupt('index entry for ' .. what .. ' has no pointer')
+  elseif redis.call('EXISTS', log) == 1 then
+    error({err = integrity('NOINDEX', {log})})
+  end
+  lost(log, what .. ' is indexed but its pointers are gone')
+end
+
+-- A ptr field naming a checkpoint of namespace p ('' for any): HSCAN, because without ix
+-- nothing lists them. Only runs on the not-found path of a thread that lost its ix.
+local function has_checkpoint(ptr, p)
+  local cursor = '0'
+  repeat
+    local r = redis.call('HSCAN', ptr, cursor, 'MATCH', 'c*', 'COUNT', 1000)
+    cursor = r[1]
+    for i = 1, #r[2], 2 do
+      if string.sub(r[2][i], 1, #p + 1) == 'c' .. p then
+        return true
+      end
+    end
+  until cursor == '0'
+  return false
+end
+
+-- A read found no checkpoint. A thread that has no key (never written, deleted, expired whole)
+-- reads as nothing; one that lost some of its keys (an eviction) raises: it must never read as
+-- nothing, or as less than it holds. p: lp(ns), or '' for every namespace; member: the ix
+-- member looked up by id, if any. A few EXISTS, on this path only.
+local function check_absent(log, ix, ptr, p, member)
+  local has_log = redis.call('EXISTS', log) == 1
+  local has_ix = redis.call('EXISTS', ix) == 1
+  local has_ptr = redis.call('EXISTS', ptr) == 1
+  if not has_log then
+    if has_ix or has_ptr then
+      error({err = integrity('LOST', {log, 'its indexes remain but its log is gone'})})
+    end
+    return
+  end
+  if member and redis.call('ZSCORE', ix, member) then
+    checkpoint_event(log, ptr, member, {}, true)
+  end
+  local indexed = has_ix and
+    #redis.call('ZRANGEBYLEX', ix, '[c', '[c\255', 'LIMIT', 0, 1) > 0
+  if (not has_ptr and (indexed or not has_ix)) or
+      (not has_ix and has_ptr and has_checkpoint(ptr, p)) then
+    error({err = integrity('NOINDEX', {log})})
+  end
 end
