@@ -8,7 +8,7 @@ StreamSaverError
 ├── IntegrityError                     stored data is incomplete or inconsistent: a read or
 │   │                                   write would otherwise hand back or build partial state
 │   ├── CorruptIndexError               an index points at an event the log no longer has
-│   │   └── DataLostError               ... because the log (or that event) is gone: no rebuild helps
+│   │   └── DataLostError               ... because the log lacks it: no rebuild helps
 │   ├── MissingIndexError               the log is there, its indexes are gone: rebuild them
 │   ├── MissingValueError               a checkpoint names a channel value nothing stores
 │   └── DanglingVersionError            a put names a channel value nothing stores (refused)
@@ -174,10 +174,10 @@ def _integrity(marker: str, payload: list[str]) -> Exception | None:
         thread = _thread_of(log)
         return MissingValueError(
             f"checkpoint {checkpoint_id!r} of thread {thread!r} (namespace {ns!r}) names "
-            f"channel {channel!r} at version {_version(version)!r}, but no stored event holds "
-            f"that value (lost to a restart from an older snapshot, an expiry or an eviction); "
-            f"refusing to return the checkpoint without it. Read an earlier checkpoint that "
-            f"is whole, or {_NO_REBUILD}"
+            f"channel {channel!r} at version {_version(version)!r}, whose value is missing: "
+            f"no stored event holds it (lost to a restart from an older snapshot, an expiry or "
+            f"an eviction); refusing to return the checkpoint without it. Read an earlier "
+            f"checkpoint that is whole, or {_NO_REBUILD}"
         )
     if marker == "DANGLING":
         log, ns, checkpoint_id, channel, version = payload
@@ -211,15 +211,15 @@ def translate(exc: ResponseError) -> Exception:
     if found:
         try:
             payload = ormsgpack.unpackb(bytes.fromhex(found[2]))
-            error = _integrity(found[1], [str(p) for p in payload])
+            typed = _integrity(found[1], [str(p) for p in payload])
         except (ValueError, TypeError):
             # names that are not UTF-8 (a hand-written log): say what happened without them
-            error = IntegrityError(
-                f"stored data is incomplete ({found[1].lower()}: {found[2][:200]}); run "
-                f"`streamsaver verify --thread <id>` to see what"
+            typed = IntegrityError(
+                f"stored data is incomplete or missing ({found[1].lower()}: {found[2][:200]}); "
+                f"run `streamsaver verify --thread <id>` to see what"
             )
-        if error is not None:
-            return error
+        if typed is not None:
+            return typed
     for marker, error in (
         ("STREAMSAVER_DELETED", ThreadDeletedError),
         ("STREAMSAVER_FENCED", FencedError),

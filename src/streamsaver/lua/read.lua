@@ -48,7 +48,7 @@ local function value_chain(log, ptr, p, channel, version, cache, held)
     local f = entry_fields(log, eid, cache)
     if f == nil then
       lost(log, 'the value of channel ' .. channel .. ' points at event ' .. eid ..
-        ', which the log no longer holds')
+        ', which is missing from the log')
     elseif f[field] == nil then
       corrupt('value of channel ' .. channel .. ' points at missing event ' .. eid)
     end
@@ -104,7 +104,7 @@ local function read_checkpoint(log, ptr, eid, f, cache, holds)
       local wf = entry_fields(log, l[i + 2], cache)
       if wf == nil then
         lost(log, 'a pending write of task ' .. l[i] .. ' to ' .. describe(f.ns, f.id) ..
-          ' points at event ' .. l[i + 2] .. ', which the log no longer holds')
+          ' points at event ' .. l[i + 2] .. ', which is missing from the log')
       else
         local pos = l[i + 3]
         local wi = cmsgpack.unpack(wf.wi)
@@ -132,7 +132,7 @@ local function checkpoint_event(log, ptr, member, cache, listed)
   end
   local what = describe(split_lp(string.sub(member, 2)))
   if eid then
-    lost(log, what .. ' points at event ' .. eid .. ', which the log no longer holds')
+    lost(log, what .. ' points at event ' .. eid .. ', which is missing from the log')
   elseif redis.call('EXISTS', ptr) == 1 then
     -- ptr was lost and re-created by later writes: the log may still hold the event
     corrupt('index entry for ' .. what .. ' has no pointer')
