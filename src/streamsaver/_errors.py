@@ -7,7 +7,7 @@ StreamSaverError
 ├── UnsupportedServerError              the Redis server lacks a needed feature
 ├── IntegrityError                     stored data is incomplete or inconsistent: a read or
 │   │                                   write would otherwise hand back or build partial state
-│   ├── CorruptIndexError               an index points at an event the log no longer has
+│   ├── CorruptIndexError               an index disagrees with the log: rebuild the thread
 │   │   └── DataLostError               ... because the log lacks it: no rebuild helps
 │   ├── MissingIndexError               the log is there, its indexes are gone: rebuild them
 │   ├── MissingValueError               a checkpoint names a channel value nothing stores
@@ -111,7 +111,8 @@ class IntegrityError(StreamSaverError):
 
 
 class CorruptIndexError(IntegrityError):
-    """A derived index points at a log entry that is gone. Rebuild the thread's indexes."""
+    """A derived index disagrees with the log. When the log still holds what the index should
+    say, rebuilding the thread's indexes repairs it; when it does not, see ``DataLostError``."""
 
 
 class DataLostError(CorruptIndexError):
