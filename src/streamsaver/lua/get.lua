@@ -14,7 +14,7 @@ local listed = false
 if cid == '' then
   local m = redis.call('ZREVRANGEBYLEX', KEYS[2], '[c' .. p .. '\255', '[c' .. p, 'LIMIT', 0, 1)[1]
   if m == nil then
-    check_absent(KEYS[1], KEYS[2], KEYS[3], p, nil)
+    check_absent(KEYS[1], KEYS[2], KEYS[3], nil)
     return false
   end
   cid = string.sub(m, #p + 2)
@@ -23,7 +23,7 @@ end
 local cache = {}
 local eid, f = checkpoint_event(KEYS[1], KEYS[3], 'c' .. p .. cid, cache, listed)
 if eid == nil then
-  check_absent(KEYS[1], KEYS[2], KEYS[3], p, 'c' .. p .. cid)
+  check_absent(KEYS[1], KEYS[2], KEYS[3], 'c' .. p .. cid)
   return false
 end
 return read_checkpoint(KEYS[1], KEYS[3], eid, f, cache, holds)

@@ -113,7 +113,7 @@ while true do
   want = 100
   if #batch == 0 then
     if scanned == 0 and cursor == '' then
-      check_absent(KEYS[1], KEYS[2], KEYS[3], p, nil)
+      check_absent(KEYS[1], KEYS[2], KEYS[3], nil)
     end
     return finish('')
   end

@@ -142,27 +142,39 @@ local function checkpoint_event(log, ptr, member, cache, listed)
   lost(log, what .. ' is indexed but its pointers are gone')
 end
 
--- A ptr field naming a checkpoint of namespace p ('' for any): HSCAN, because without ix
--- nothing lists them. Only runs on the not-found path of a thread that lost its ix.
-local function has_checkpoint(ptr, p)
-  local cursor = '0'
-  repeat
+-- Whether a thread without ix had a checkpoint: a ptr field naming one (HSCAN: without ix nothing
+-- lists them), or else a checkpoint event in the log (newest first, where they are found at
+-- once; only a thread that never had one, e.g. one with writes only, is read to its start). A checkpoint always leaves an ix member, and deleting it leaves a record
+-- there, so either means ix was lost. Runs only on the not-found path of such a thread.
+local function had_checkpoint(log, ptr, has_ptr)
+  local cursor = has_ptr and '0' or nil
+  while cursor do
     local r = redis.call('HSCAN', ptr, cursor, 'MATCH', 'c*', 'COUNT', 1000)
-    cursor = r[1]
-    for i = 1, #r[2], 2 do
-      if string.sub(r[2][i], 1, #p + 1) == 'c' .. p then
+    if #r[2] > 0 then
+      return true
+    end
+    cursor = r[1] ~= '0' and r[1] or nil
+  end
+  local hi = '+'
+  while true do
+    local batch = redis.call('XREVRANGE', log, hi, '-', 'COUNT', 50)
+    for _, e in ipairs(batch) do
+      if fields_of(e[2]).k == 'checkpoint' then
         return true
       end
     end
-  until cursor == '0'
-  return false
+    if #batch < 50 then
+      return false
+    end
+    hi = '(' .. batch[#batch][1]
+  end
 end
 
 -- A read found no checkpoint. A thread that has no key (never written, deleted, expired whole)
 -- reads as nothing; one that lost some of its keys (an eviction) raises: it must never read as
--- nothing, or as less than it holds. p: lp(ns), or '' for every namespace; member: the ix
--- member looked up by id, if any. A few EXISTS, on this path only.
-local function check_absent(log, ix, ptr, p, member)
+-- nothing, or as less than it holds. member: the ix member looked up by id, if any. A few
+-- EXISTS, on this path only.
+local function check_absent(log, ix, ptr, member)
   local has_log = redis.call('EXISTS', log) == 1
   local has_ix = redis.call('EXISTS', ix) == 1
   local has_ptr = redis.call('EXISTS', ptr) == 1
@@ -175,10 +187,11 @@ local function check_absent(log, ix, ptr, p, member)
   if member and redis.call('ZSCORE', ix, member) then
     checkpoint_event(log, ptr, member, {}, true)
   end
-  local indexed = has_ix and
+  local lost_ix = not has_ix and had_checkpoint(log, ptr, has_ptr)
+  -- ix listing a checkpoint needs ptr, which every checkpoint writes
+  local lost_ptr = has_ix and not has_ptr and
     #redis.call('ZRANGEBYLEX', ix, '[c', '[c\255', 'LIMIT', 0, 1) > 0
-  if (not has_ptr and (indexed or not has_ix)) or
-      (not has_ix and has_ptr and has_checkpoint(ptr, p)) then
+  if lost_ix or lost_ptr then
     error({err = integrity('NOINDEX', {log})})
   end
 end
