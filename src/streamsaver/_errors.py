@@ -18,6 +18,7 @@ StreamSaverError
 from __future__ import annotations
 
 import re
+import shlex
 from urllib.parse import unquote
 
 import ormsgpack
@@ -196,8 +197,8 @@ def _integrity(marker: str, payload: list[str]) -> Exception | None:
         thread = _thread_of(log)
         return MissingIndexError(
             f"thread {thread!r} has its event log but its indexes are missing (evicted, or "
-            f"deleted outside streamsaver); run `streamsaver rebuild --thread {thread}` (or "
-            f"saver.rebuild({thread!r})) to restore them from the log"
+            f"deleted outside streamsaver); run `streamsaver rebuild --thread "
+            f"{shlex.quote(thread)}` (or saver.rebuild({thread!r})) to restore them from the log"
         )
     if marker == "LOST":
         log, what = payload
