@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
 
-from streamsaver import CorruptIndexError, RedisStreamSaver
+from streamsaver import IntegrityError, RedisStreamSaver
 from streamsaver._keys import thread_keys
 
 FIELD_NAMES = ["k", "sv", "ns", "id", "parent", "run", "meta", "cp", "cv", "nv", "b0", "b1",
@@ -73,7 +73,7 @@ def test_replay_skips_what_it_cannot_project_and_keeps_the_rest(
     try:
         list(saver.list({"configurable": {"thread_id": victim}}))
         saver.get_tuple({"configurable": {"thread_id": victim}})
-    except CorruptIndexError as exc:
+    except IntegrityError as exc:
         assert "cannot be decoded" in str(exc) or "missing" in str(exc)
     if replay.skipped == len(garbage):
         assert saver.get_tuple({"configurable": {"thread_id": victim}}) == victim_before

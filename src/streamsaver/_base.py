@@ -71,6 +71,7 @@ class StreamSaverBase(BaseCheckpointSaver[str]):
         ttl_seconds: float | None = None,
         keep_last: int | None = None,
         chain: bool = True,
+        allow_eviction: bool = False,
     ) -> None:
         super().__init__(serde=serde)
         for name, value, low in (
@@ -83,10 +84,15 @@ class StreamSaverBase(BaseCheckpointSaver[str]):
         self.max_payload_bytes = max_payload_bytes
         self.delta_cache_bytes = delta_cache_bytes
         self.durability = Durability(durability, replicas, durability_timeout_ms)
-        for name, flag in (("fencing", fencing), ("chain", chain)):
+        for name, flag in (
+            ("fencing", fencing),
+            ("chain", chain),
+            ("allow_eviction", allow_eviction),
+        ):
             if not isinstance(flag, bool):
                 raise InvalidInputError(f"{name}={flag!r}: give True or False")
         self.fencing = fencing
+        self.allow_eviction = allow_eviction
         self.ttl_seconds = _check_ttl(ttl_seconds)
         if keep_last is not None and (
             not isinstance(keep_last, int) or isinstance(keep_last, bool) or keep_last < 1
@@ -113,6 +119,7 @@ class StreamSaverBase(BaseCheckpointSaver[str]):
         ops.ttl_ms = math.ceil(self.ttl_seconds * 1000) if self.ttl_seconds else 0
         ops.keep_last = self.keep_last or 0
         ops.chain = self.chain
+        ops.allow_eviction = self.allow_eviction
         ops.projections = self._projections
         return ops
 

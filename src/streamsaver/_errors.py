@@ -7,23 +7,37 @@ StreamSaverError
 ├── UnsupportedServerError              the Redis server lacks a needed feature
 ├── IntegrityError                     stored data is incomplete or inconsistent: a read or
 │   │                                   write would otherwise hand back or build partial state
-│   └── CorruptIndexError               an index points at an event the log no longer has
+│   ├── CorruptIndexError               an index disagrees with the log: rebuild the thread
+│   │   └── DataLostError               ... because the log lacks it: no rebuild helps
+│   ├── MissingIndexError               the log is there, its indexes are gone: rebuild them
+│   ├── MissingValueError               a checkpoint names a channel value nothing stores
+│   └── DanglingVersionError            a put names a channel value nothing stores (refused)
 └── InvalidUsageError (RuntimeError)    a call made where it cannot work (e.g. sync on the loop)
 """
 
 from __future__ import annotations
 
+import re
+import shlex
+from urllib.parse import unquote
+
+import ormsgpack
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 __all__ = [
     "CorruptIndexError",
+    "DanglingVersionError",
+    "DataLostError",
     "FencedError",
     "IntegrityError",
     "InvalidConfigError",
     "InvalidInputError",
     "InvalidUsageError",
+    "MissingIndexError",
+    "MissingValueError",
+    "NoPersistenceWarning",
     "PayloadTooLargeError",
     "ServerTimeoutError",
     "ServerUnavailableError",
@@ -98,7 +112,37 @@ class IntegrityError(StreamSaverError):
 
 
 class CorruptIndexError(IntegrityError):
-    """A derived index points at a log entry that is gone. Rebuild the thread's indexes."""
+    """A derived index disagrees with the log. When the log still holds what the index should
+    say, rebuilding the thread's indexes repairs it; when it does not, see ``DataLostError``."""
+
+
+class DataLostError(CorruptIndexError):
+    """An index points into a log that no longer holds that event, or no longer exists (an
+    eviction, a restore, a hand edit). A rebuild replays the log, which lacks the data, so it
+    cannot bring it back: restore the thread from a backup, or delete it."""
+
+
+class MissingIndexError(IntegrityError):
+    """The thread's log is there but its indexes are gone (evicted or deleted by hand):
+    ``streamsaver rebuild --thread <id>`` (or ``saver.rebuild``) restores them from the log."""
+
+
+class MissingValueError(IntegrityError):
+    """A stored checkpoint's ``channel_versions`` names a (channel, version) whose value no
+    event stores (lost to a restart from an older snapshot, an expiry or an eviction). Reads of
+    that checkpoint raise this rather than return it without the channel."""
+
+
+class DanglingVersionError(IntegrityError):
+    """A ``put`` was refused, nothing written: its checkpoint's ``channel_versions`` names a
+    (channel, version) that is neither in its ``new_versions`` nor stored in the thread and
+    namespace. The history the writer continues is gone; reload the thread or start afresh."""
+
+
+class NoPersistenceWarning(UserWarning):
+    """``setup()`` found a server with neither AOF nor RDB snapshots: a restart loses every
+    thread. Turn on ``appendonly yes`` (or ``save`` points), or silence this warning class if
+    the data is meant to be throwaway."""
 
 
 class InvalidUsageError(StreamSaverError, RuntimeError):
@@ -106,11 +150,78 @@ class InvalidUsageError(StreamSaverError, RuntimeError):
 
 
 _CORRUPT = "STREAMSAVER_CORRUPT"
+_NO_REBUILD = (
+    "the data is lost and a rebuild cannot help (it replays the log, which lacks it): restore "
+    "the thread from a backup, or delete it (saver.delete_thread) and start it afresh"
+)
+
+
+def _thread_of(log_key: str) -> str:
+    # <prefix>:{<tag>}:log, the tag percent-encoded (_keys.py); a prefix holds no '{'
+    tag = log_key[log_key.find("{") + 1 : log_key.rfind("}")]
+    return "" if tag == "%" else unquote(tag)
+
+
+def _version(key: str) -> str | int | float:
+    # _codec.version_key's text back to the version LangGraph gave
+    kind, text = key[:1], key[1:]
+    return int(text) if kind == "i" else float(text) if kind == "f" else text
+
+
+def _integrity(marker: str, payload: list[str]) -> Exception | None:
+    """The typed error for an integrity reply: msgpack fields, hex-encoded, because thread ids,
+    namespaces and channels may hold any character (lua/common.lua's integrity())."""
+    if marker == "MISSING":
+        log, ns, checkpoint_id, channel, version = payload
+        thread = _thread_of(log)
+        return MissingValueError(
+            f"checkpoint {checkpoint_id!r} of thread {thread!r} (namespace {ns!r}) names "
+            f"channel {channel!r} at version {_version(version)!r}, whose value is missing: "
+            f"no stored event holds it (lost to a restart from an older snapshot, an expiry or "
+            f"an eviction); refusing to return the checkpoint without it. Read an earlier "
+            f"checkpoint that is whole, or {_NO_REBUILD}"
+        )
+    if marker == "DANGLING":
+        log, ns, checkpoint_id, channel, version = payload
+        thread = _thread_of(log)
+        return DanglingVersionError(
+            f"put of checkpoint {checkpoint_id!r} refused, nothing written: its "
+            f"channel_versions names channel {channel!r} at version {_version(version)!r}, "
+            f"which is neither in new_versions nor stored in thread {thread!r} (namespace "
+            f"{ns!r}). The history this writer continues is gone (a restart from an older "
+            f"snapshot, an expiry, an eviction or a prune): reload the thread with get_tuple "
+            f"and continue from what it returns, or start the thread afresh"
+        )
+    if marker == "NOINDEX":
+        (log,) = payload
+        thread = _thread_of(log)
+        return MissingIndexError(
+            f"thread {thread!r} has its event log but its indexes are missing (evicted, or "
+            f"deleted outside streamsaver); run `streamsaver rebuild --thread "
+            f"{shlex.quote(thread)}` (or saver.rebuild({thread!r})) to restore them from the log"
+        )
+    if marker == "LOST":
+        log, what = payload
+        return DataLostError(f"thread {_thread_of(log)!r}: {what}; {_NO_REBUILD}")
+    return None
 
 
 def translate(exc: ResponseError) -> Exception:
     """The error to raise for a server reply; unknown ones pass through unchanged."""
     message = str(exc)
+    found = re.search(r"STREAMSAVER_(MISSING|DANGLING|NOINDEX|LOST) ([0-9a-f]*)", message)
+    if found:
+        try:
+            payload = ormsgpack.unpackb(bytes.fromhex(found[2]))
+            typed = _integrity(found[1], [str(p) for p in payload])
+        except (ValueError, TypeError):
+            # names that are not UTF-8 (a hand-written log): say what happened without them
+            typed = IntegrityError(
+                f"stored data is incomplete or missing ({found[1].lower()}: {found[2][:200]}); "
+                f"run `streamsaver verify --thread <id>` to see what"
+            )
+        if typed is not None:
+            return typed
     for marker, error in (
         ("STREAMSAVER_DELETED", ThreadDeletedError),
         ("STREAMSAVER_FENCED", FencedError),

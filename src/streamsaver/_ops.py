@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import builtins
 import re
+import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
@@ -34,6 +35,7 @@ from ._errors import (
     CorruptIndexError,
     InvalidConfigError,
     InvalidInputError,
+    NoPersistenceWarning,
     UnsupportedServerError,
 )
 from ._feed import DEFAULT_FEED_MAXLEN, audit_of_log, feed_of_log
@@ -209,6 +211,59 @@ def consume(flow: Items[E], take: Callable[[E], None]) -> Flow[None]:
             reply = yield step
 
 
+def _nodes(info: Any) -> dict[str, Any]:
+    # A cluster client answers INFO per node; a standalone one with the server's own.
+    return {"the server": info} if "redis_version" in info else dict(info)
+
+
+def _primaries(info: Any) -> dict[str, Any]:
+    # replicas do not evict on their own (replica-ignore-maxmemory): they follow the primary
+    return {name: n for name, n in _nodes(info).items() if n.get("role", "master") == "master"}
+
+
+def check_eviction(info: Any, ttl: bool) -> None:
+    """Refuse a server that may evict the saver's keys: a thread would lose its log or its
+    indexes, i.e. its history. ``volatile-*`` policies evict only keys with a TTL, which the
+    saver's keys get only with ``ttl_seconds`` (``ttl``)."""
+    for name, node in _primaries(info).items():
+        policy = str(node.get("maxmemory_policy", "noeviction"))
+        if policy == "noeviction" or (policy.startswith("volatile-") and not ttl):
+            continue
+        which = "keys with a TTL, which ttl_seconds gives the saver's" if ttl else "any key"
+        raise UnsupportedServerError(
+            f"{name} has maxmemory-policy {policy!r}: when memory runs short it evicts "
+            f"{which}, so a thread could lose its log or its indexes, i.e. its history. Run "
+            f"`CONFIG SET maxmemory-policy noeviction` (and set it in redis.conf) so that writes "
+            f"fail instead, or pass allow_eviction=True to accept evictions (reads of a thread "
+            f"that lost keys then raise IntegrityError)"
+        )
+
+
+def _aof_everywhere(info: Any) -> bool:
+    return all(int(n.get("aof_enabled", 0)) for n in _primaries(info).values())
+
+
+def _clustered(info: Any) -> bool:
+    return any(int(n.get("cluster_enabled", 0)) for n in _nodes(info).values())
+
+
+def _save_points(reply: Any) -> str | None:
+    """The ``save`` setting from a CONFIG GET reply; None when it could not be read (no
+    permission: a least-privilege user has no CONFIG)."""
+    if isinstance(reply, Exception):
+        return None
+    if isinstance(reply, dict):
+        values = list(reply.values())
+    elif isinstance(reply, (list, tuple)):
+        values = list(reply[1::2])
+    else:
+        return None
+    if not values:
+        return None
+    value = values[0]
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
 def server_version(info: Any) -> tuple[int, ...]:
     # A cluster client answers INFO per node; every node must qualify.
     if "redis_version" not in info:
@@ -244,6 +299,8 @@ class Operations:
     chain: bool = True
     # where list(None) and delete_for_runs find candidate threads; None: scan every log
     projections: Projections | None = None
+    # accept a server whose maxmemory-policy may evict the saver's keys (see setup)
+    allow_eviction: bool = False
 
     def appending(self, keys: ThreadKeys) -> tuple[str, ...]:
         """Keys of a script that appends to a thread: its three and its slot's feed. Only keys
@@ -276,6 +333,20 @@ class Operations:
                 f"upgrade the server"
             )
         self.durability.check_server(version, info)
+        if not self.allow_eviction:
+            check_eviction(info, self.ttl_ms > 0)
+        if not _aof_everywhere(info) and not _clustered(info):
+            # RDB save points are only in CONFIG; pipelined (Each), a refusal is a value. A
+            # cluster client cannot route a keyless CONFIG GET: there, nothing is said
+            (reply,) = yield Each((Call(("CONFIG", "GET", "save")),))
+            if _save_points(reply) == "":
+                warnings.warn(
+                    "this Redis server has neither AOF (appendonly no) nor RDB snapshots (save "
+                    "''): a restart loses every thread. Turn on `CONFIG SET appendonly yes` (or "
+                    "save points), or filter NoPersistenceWarning if the data is throwaway",
+                    NoPersistenceWarning,
+                    stacklevel=2,
+                )
         return version
 
     def put(

@@ -16,7 +16,7 @@ SAVER_COMMANDS: tuple[str, ...] = (
     # what the scripts call (a script runs with its caller's permissions)
     "xadd", "xtrim", "xlen", "zadd", "zrem", "zrange", "zrangebylex", "zrevrangebylex",
     "hset", "hsetnx", "hget", "hdel", "hgetall", "exists", "pexpire", "pexpireat", "pttl",
-    "time", "zlexcount", "zscore", "hkeys", "hmget", "hexists", "persist",
+    "time", "zlexcount", "zscore", "hkeys", "hmget", "hexists", "persist", "hscan",
     # the projector's scripts and readers of its keys (lua/registry.lua)
     "xinfo|stream", "zrevrangebyscore", "hincrby", "hlen",
     # tailing and consumer groups (docs/tailing.md): blocking reads on their own connection,

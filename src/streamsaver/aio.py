@@ -79,6 +79,7 @@ class AsyncRedisStreamSaver(StreamSaverBase):
         ttl_seconds: float | None = None,
         keep_last: int | None = None,
         chain: bool = True,
+        allow_eviction: bool = False,
     ) -> None:
         if not isinstance(client, (aredis.Redis, AsyncRedisCluster)):
             raise InvalidInputError(
@@ -98,6 +99,7 @@ class AsyncRedisStreamSaver(StreamSaverBase):
             ttl_seconds=ttl_seconds,
             keep_last=keep_last,
             chain=chain,
+            allow_eviction=allow_eviction,
         )
         self.client = client
         self._scripts = {name: client.register_script(src) for name, src in SOURCES.items()}
@@ -125,10 +127,13 @@ class AsyncRedisStreamSaver(StreamSaverBase):
         ttl_seconds: float | None = None,
         keep_last: int | None = None,
         chain: bool = True,
+        allow_eviction: bool = False,
         cluster: bool | None = None,
     ) -> AsyncIterator[AsyncRedisStreamSaver]:
         """A saver on a client it creates from ``url`` and closes on exit. ``cluster``: use a
-        ``RedisCluster`` client; ``None`` asks the server (``INFO cluster``) and follows it."""
+        ``RedisCluster`` client; ``None`` asks the server (``INFO cluster``) and follows it.
+        The server is checked on entry, as ``setup()`` does: a ``maxmemory-policy`` that may
+        evict the saver's keys is refused unless ``allow_eviction=True``."""
         client: AsyncClient
         if cluster is None:
             probe = aredis.Redis.from_url(url)
@@ -138,7 +143,7 @@ class AsyncRedisStreamSaver(StreamSaverBase):
                 await probe.aclose()
         client = AsyncRedisCluster.from_url(url) if cluster else aredis.Redis.from_url(url)
         try:
-            yield cls(
+            saver = cls(
                 client,
                 prefix=prefix,
                 serde=serde,
@@ -151,12 +156,20 @@ class AsyncRedisStreamSaver(StreamSaverBase):
                 ttl_seconds=ttl_seconds,
                 keep_last=keep_last,
                 chain=chain,
+                allow_eviction=allow_eviction,
             )
+            # the server is checked here, so a server that cannot keep threads is refused
+            # before the caller uses the saver
+            await saver.asetup()
+            yield saver
         finally:
             await client.aclose()
 
     async def asetup(self) -> None:
-        """Check the server once. Idempotent; every call does it itself when needed."""
+        """Check the server once: its version, what the options need, a maxmemory-policy that
+        could evict the saver's keys (refused unless ``allow_eviction``), and persistence
+        (``NoPersistenceWarning`` without AOF or RDB). Idempotent; every call does it itself
+        when needed."""
         self.loop = asyncio.get_running_loop()
         self.server_version = await adrive(self._ops.setup(), self._execute)
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import operator
 import os
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Annotated, Any, TextIO, TypedDict, cast
 from uuid import uuid4
 
+from ._errors import NoPersistenceWarning
 from ._keys import thread_keys
 from .saver import RedisStreamSaver
 
@@ -26,7 +28,9 @@ def redis_url(url: str | None) -> Iterator[str]:
         return
     from .embedded import EmbeddedRedis
 
-    with EmbeddedRedis() as server:
+    # a throwaway server is meant to keep nothing: the saver need not warn about it
+    with EmbeddedRedis() as server, warnings.catch_warnings():
+        warnings.simplefilter("ignore", NoPersistenceWarning)
         yield server.url
 
 

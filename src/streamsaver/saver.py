@@ -82,6 +82,7 @@ class RedisStreamSaver(StreamSaverBase):
         ttl_seconds: float | None = None,
         keep_last: int | None = None,
         chain: bool = True,
+        allow_eviction: bool = False,
     ) -> None:
         if not isinstance(client, (redis.Redis, RedisCluster)):
             raise InvalidInputError(
@@ -101,6 +102,7 @@ class RedisStreamSaver(StreamSaverBase):
             ttl_seconds=ttl_seconds,
             keep_last=keep_last,
             chain=chain,
+            allow_eviction=allow_eviction,
         )
         self.client = client
         self._scripts = {name: client.register_script(src) for name, src in SOURCES.items()}
@@ -124,17 +126,20 @@ class RedisStreamSaver(StreamSaverBase):
         ttl_seconds: float | None = None,
         keep_last: int | None = None,
         chain: bool = True,
+        allow_eviction: bool = False,
         cluster: bool | None = None,
     ) -> Iterator[RedisStreamSaver]:
         """A saver on a client it creates from ``url`` and closes on exit. ``cluster``: use a
-        ``RedisCluster`` client; ``None`` asks the server (``INFO cluster``) and follows it."""
+        ``RedisCluster`` client; ``None`` asks the server (``INFO cluster``) and follows it.
+        The server is checked on entry, as ``setup()`` does: a ``maxmemory-policy`` that may
+        evict the saver's keys is refused unless ``allow_eviction=True``."""
         client: SyncClient
         if cluster is None:
             with redis.Redis.from_url(url) as probe:
                 cluster = bool(probe.info("cluster").get("cluster_enabled"))
         client = RedisCluster.from_url(url) if cluster else redis.Redis.from_url(url)
         try:
-            yield cls(
+            saver = cls(
                 client,
                 prefix=prefix,
                 serde=serde,
@@ -147,12 +152,20 @@ class RedisStreamSaver(StreamSaverBase):
                 ttl_seconds=ttl_seconds,
                 keep_last=keep_last,
                 chain=chain,
+                allow_eviction=allow_eviction,
             )
+            # the server is checked here, so a server that cannot keep threads is refused
+            # before the caller uses the saver
+            saver.setup()
+            yield saver
         finally:
             client.close()
 
     def setup(self) -> None:
-        """Check the server once. Idempotent; every call does it itself when needed."""
+        """Check the server once: its version, what the options need, a maxmemory-policy that
+        could evict the saver's keys (refused unless ``allow_eviction``), and persistence
+        (``NoPersistenceWarning`` without AOF or RDB). Idempotent; every call does it itself
+        when needed."""
         self.server_version = drive(self._ops.setup(), self._execute)
 
     def _execute(self, op: Op) -> Any:

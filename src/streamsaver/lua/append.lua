@@ -13,7 +13,8 @@
 -- ARGV[7..]: the event's fields, flat [field, value, ...]
 -- Returns the new event id, {new event id, entries trimmed} when it compacted, or 'stale'
 -- (nothing written) when a base is not what the client saw: the client then sends whole values
--- instead. Refusals are errors; nothing is written.
+-- instead. Refusals are errors; nothing is written. A checkpoint naming a channel version that
+-- is neither its own nor stored is refused (projection.lua's dangling()).
 local fields = {}
 for i = 7, #ARGV do
   fields[i - 6] = ARGV[i]
@@ -64,6 +65,12 @@ if ARGV[4] == 'fence' and f.k == 'checkpoint' then
         (f.parent ~= '' and f.parent or 'nothing') .. ' but the latest in its namespace is ' ..
         latest .. ': another writer got there first; reload the thread (get_tuple) and retry')
     end
+  end
+end
+if f.k == 'checkpoint' then
+  local channel, version = dangling(KEYS[3], f)
+  if channel then
+    return redis.error_reply(integrity('DANGLING', {KEYS[1], f.ns, f.id, channel, version}))
   end
 end
 if ARGV[3] ~= '' then

@@ -54,6 +54,14 @@ local function bytes_lt(a, b)
   return #a < #b
 end
 
+-- An integrity failure's reply (streamsaver/_errors.py): a marker, then its details as msgpack,
+-- hex-encoded, because thread ids, namespaces and channels may hold any byte, a newline included.
+local function integrity(marker, details)
+  local packed = cmsgpack.pack(details)
+  return 'STREAMSAVER_' .. marker .. ' ' ..
+    string.gsub(packed, '.', function(c) return string.format('%02x', string.byte(c)) end)
+end
+
 -- Entries are looked up by exact id; one call may need the same entry for several values.
 -- An id the server refuses (a hand-edited reference beyond 64 bits) names no entry either.
 local function entry_fields(log, eid, cache)

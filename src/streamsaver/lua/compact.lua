@@ -240,7 +240,7 @@ local function compact(log, ix, ptr, feed, maxlen, keep, extra)
   end
   local is_kept = {}
   for _, m in ipairs(members) do
-    local eid, f = checkpoint_event(log, ptr, m, cache)
+    local eid, f = checkpoint_event(log, ptr, m, cache, true)
     kept[#kept + 1] = {eid, f}
     is_kept[m] = true
   end

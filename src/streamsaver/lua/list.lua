@@ -136,7 +136,7 @@ end
 -- needs, which an unfiltered list fills; only a filter that skips members goes on in bigger
 -- batches. Entering a namespace counts as a member scanned, so a bound that leaves many
 -- namespaces empty cannot block the server for long either.
-local scanned = 0
+local scanned, found = 0, false
 while q ~= nil do
   local lo, hi = bounds(q)
   if lo ~= nil and from ~= '' then
@@ -146,9 +146,10 @@ while q ~= nil do
   local want = size - #picked
   while lo ~= nil do
     local batch = redis.call('ZREVRANGEBYLEX', KEYS[2], hi, lo, 'LIMIT', 0, want)
+    found = found or #batch > 0
     for _, m in ipairs(batch) do
       scanned = scanned + 1
-      local eid, f = checkpoint_event(KEYS[1], KEYS[3], m, cache)
+      local eid, f = checkpoint_event(KEYS[1], KEYS[3], m, cache, true)
       if eid ~= nil and matches(eid, f) then
         picked[#picked + 1] = {eid, f}
       end
@@ -171,5 +172,9 @@ while q ~= nil do
     return finish('c' .. q)
   end
   q = next_ns(q)
+end
+-- a thread that lost keys (an eviction) must not read as holding nothing (read.lua)
+if not found and cursor == '' then
+  check_absent(KEYS[1], KEYS[2], KEYS[3], nil)
 end
 return finish('')

@@ -173,6 +173,31 @@ local function apply_checkpoint(log, ix, ptr, id, f, nv)
   sink.hdel(ptr, 'd')
 end
 
+-- The first (channel, version) of a checkpoint event's cv that is neither among its own values
+-- (nv) nor stored in its namespace, or nil. A writer whose history is gone (a restart from an
+-- older snapshot, an expiry, an eviction, a prune) would otherwise store a checkpoint no read
+-- can give back whole. One HEXISTS per channel the checkpoint did not change.
+local function dangling(ptr, f)
+  local ok, cv = pcall(cmsgpack.unpack, f.cv or '')
+  local ok2, nv = pcall(cmsgpack.unpack, f.nv or '')
+  if not ok or not ok2 or type(cv) ~= 'table' or type(nv) ~= 'table' then
+    return nil  -- malformed: check_checkpoint() refuses it
+  end
+  local own = {}
+  for i = 1, #nv, 3 do
+    own[lp(tostring(nv[i])) .. tostring(nv[i + 1])] = true
+  end
+  local p = lp(f.ns or '')
+  for i = 1, #cv, 2 do
+    local channel, version = tostring(cv[i]), tostring(cv[i + 1])
+    if not own[lp(channel) .. version]
+        and redis.call('HEXISTS', ptr, 'b' .. p .. lp(channel) .. version) == 0 then
+      return channel, version
+    end
+  end
+  return nil
+end
+
 local function check_writes(f)
   if type(f.ns) ~= 'string' or type(f.id) ~= 'string' or type(f.task) ~= 'string' then
     return nil, 'no ns, id or task'

@@ -10,6 +10,19 @@ local function corrupt(what)
   error({err = 'STREAMSAVER_CORRUPT ' .. what})
 end
 
+-- An index points at an event the log does not hold: the data is gone, and replaying the log
+-- (a rebuild) cannot bring it back.
+local function lost(log, what)
+  if redis.call('EXISTS', log) == 0 then
+    what = what .. ', and the thread\'s whole log is gone'
+  end
+  error({err = integrity('LOST', {log, what})})
+end
+
+local function describe(ns, id)
+  return 'checkpoint ' .. id .. ' (namespace "' .. ns .. '")'
+end
+
 -- The links of (channel, version): {{version, base, part}, ...} from the newest part down to
 -- the whole value it extends, and the head reference; nil when nothing is stored. With `held`
 -- ({version, head} of a value the client holds), the walk stops above that value if its
@@ -33,7 +46,10 @@ local function value_chain(log, ptr, p, channel, version, cache, held)
     local eid = string.sub(ref, 1, s1 - 1)
     local field = string.sub(ref, s1 + 1, (s2 or 0) - 1)
     local f = entry_fields(log, eid, cache)
-    if f == nil or f[field] == nil then
+    if f == nil then
+      lost(log, 'the value of channel ' .. channel .. ' points at event ' .. eid ..
+        ', which is missing from the log')
+    elseif f[field] == nil then
       corrupt('value of channel ' .. channel .. ' points at missing event ' .. eid)
     end
     head = head or (eid .. ' ' .. field)
@@ -79,7 +95,11 @@ local function read_checkpoint(log, ptr, eid, f, cache, holds)
   for i = 1, #cv, 2 do
     local held = holds and holds[cv[i]]
     local links, head, extends = value_chain(log, ptr, p, cv[i], cv[i + 1], cache, held)
-    if links then
+    if links == nil then
+      -- an empty channel is stored too (an explicit marker), so nothing stored means lost:
+      -- the checkpoint without it would be state that never existed
+      error({err = integrity('MISSING', {log, f.ns, f.id, cv[i], cv[i + 1]})})
+    else
       local parts = {}
       for j, link in ipairs(links) do
         parts[j] = link[3]
@@ -99,7 +119,8 @@ local function read_checkpoint(log, ptr, eid, f, cache, holds)
       local wf = entry_fields(log, l[i + 2], cache)
       -- a checkpoint without some of its pending writes would resume as if they never ran
       if wf == nil then
-        corrupt('pending writes of checkpoint ' .. f.id .. ' point at missing event ' .. l[i + 2])
+        lost(log, 'a pending write of task ' .. l[i] .. ' to ' .. describe(f.ns, f.id) ..
+          ' points at event ' .. l[i + 2] .. ', which is missing from the log')
       end
       local pos = l[i + 3]
       local wi = decoded(l[i + 2], wf, 'wi')
@@ -113,14 +134,79 @@ local function read_checkpoint(log, ptr, eid, f, cache, holds)
   return {eid, header, values, writes}
 end
 
-local function checkpoint_event(log, ptr, member, cache)
+-- The checkpoint whose ix member is `member`: its event id and fields, or nil when the thread
+-- has no such checkpoint. `listed`: ix holds the member, so the pointer must exist.
+local function checkpoint_event(log, ptr, member, cache, listed)
   local eid = redis.call('HGET', ptr, member)
-  if not eid then
+  if not eid and not listed then
     return nil, nil
   end
-  local f = entry_fields(log, eid, cache)
-  if f == nil then
-    corrupt('index entry ' .. member .. ' points at missing event ' .. eid)
+  local f = eid and entry_fields(log, eid, cache)
+  if f then
+    return eid, f
   end
-  return eid, f
+  local what = describe(split_lp(string.sub(member, 2)))
+  if eid then
+    lost(log, what .. ' points at event ' .. eid .. ', which is missing from the log')
+  elseif redis.call('EXISTS', ptr) == 1 then
+    -- ptr was lost and re-created by later writes: the log may still hold the event
+    corrupt('index entry for ' .. what .. ' has no pointer')
+  elseif redis.call('EXISTS', log) == 1 then
+    error({err = integrity('NOINDEX', {log})})
+  end
+  lost(log, what .. ' is indexed but its pointers are gone')
+end
+
+-- Whether a thread without ix had a checkpoint: a ptr field naming one (HSCAN: without ix nothing
+-- lists them), or else a checkpoint event in the log (newest first, where they are found at
+-- once; only a thread that never had one, e.g. one with writes only, is read to its start). A checkpoint always leaves an ix member, and deleting it leaves a record
+-- there, so either means ix was lost. Runs only on the not-found path of such a thread.
+local function had_checkpoint(log, ptr, has_ptr)
+  local cursor = has_ptr and '0' or nil
+  while cursor do
+    local r = redis.call('HSCAN', ptr, cursor, 'MATCH', 'c*', 'COUNT', 1000)
+    if #r[2] > 0 then
+      return true
+    end
+    cursor = r[1] ~= '0' and r[1] or nil
+  end
+  local hi = '+'
+  while true do
+    local batch = redis.call('XREVRANGE', log, hi, '-', 'COUNT', 50)
+    for _, e in ipairs(batch) do
+      if fields_of(e[2]).k == 'checkpoint' then
+        return true
+      end
+    end
+    if #batch < 50 then
+      return false
+    end
+    hi = '(' .. batch[#batch][1]
+  end
+end
+
+-- A read found no checkpoint. A thread that has no key (never written, deleted, expired whole)
+-- reads as nothing; one that lost some of its keys (an eviction) raises: it must never read as
+-- nothing, or as less than it holds. member: the ix member looked up by id, if any. A few
+-- EXISTS, on this path only.
+local function check_absent(log, ix, ptr, member)
+  local has_log = redis.call('EXISTS', log) == 1
+  local has_ix = redis.call('EXISTS', ix) == 1
+  local has_ptr = redis.call('EXISTS', ptr) == 1
+  if not has_log then
+    if has_ix or has_ptr then
+      error({err = integrity('LOST', {log, 'its indexes remain but its log is gone'})})
+    end
+    return
+  end
+  if member and redis.call('ZSCORE', ix, member) then
+    checkpoint_event(log, ptr, member, {}, true)
+  end
+  local lost_ix = not has_ix and had_checkpoint(log, ptr, has_ptr)
+  -- ix listing a checkpoint needs ptr, which every checkpoint writes
+  local lost_ptr = has_ix and not has_ptr and
+    #redis.call('ZRANGEBYLEX', ix, '[c', '[c\255', 'LIMIT', 0, 1) > 0
+  if lost_ix or lost_ptr then
+    error({err = integrity('NOINDEX', {log})})
+  end
 end
