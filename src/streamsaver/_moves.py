@@ -1,0 +1,92 @@
+"""Slot moves on a Redis Cluster: what a command that meets one does next. No I/O.
+
+While a slot migrates between primaries (resharding) or a primary fails over, a command can
+get ``MOVED`` (the slot lives elsewhere now), ``ASK`` (this key already went to the importing
+node: send ``ASKING`` and the command there) or ``TRYAGAIN`` (a multi-key script whose keys are
+split between the two nodes, or name one that is absent on both, until the slot is settled).
+redis-py follows ``MOVED`` and ``ASK`` for commands it routes itself, but gives ``TRYAGAIN`` up
+after about 0.4 s (``ClusterError: TTL exhausted``), and nothing of it for a connection of our
+own (durable writes, blocking reads). Each shell sends through ``Moves``: the same command
+again, after a short backoff, until the slot settles or ``timeout_s`` is over. Resending is safe:
+a redirected or refused command did not run, and every streamsaver write is idempotent.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+
+from redis.crc import key_slot
+from redis.exceptions import AskError, ClusterError, TryAgainError
+
+from ._errors import InvalidInputError, SlotMovingError
+
+__all__ = ["DEFAULT_SLOT_MOVE_TIMEOUT_S", "Moves", "check_timeout", "is_moving"]
+
+DEFAULT_SLOT_MOVE_TIMEOUT_S = 5.0
+_FIRST_S = 0.01
+_MAX_S = 0.2
+
+
+def is_moving(error: object) -> bool:
+    """Whether ``error`` says the command met a slot in motion, and did not run."""
+    if isinstance(error, (TryAgainError, AskError)):  # MovedError is an AskError
+        return True
+    # what redis-py raises once its own TRYAGAIN (or MOVED ping-pong) retries run out
+    return isinstance(error, ClusterError) and "TTL exhausted" in str(error)
+
+
+def check_timeout(value: object) -> float:
+    if (
+        not isinstance(value, (int, float))
+        or isinstance(value, bool)
+        or not math.isfinite(value)
+        or value < 0
+    ):
+        raise InvalidInputError(
+            f"slot_move_timeout_s={value!r}: give the seconds (>= 0) a command keeps retrying "
+            f"while its cluster slot migrates or fails over"
+        )
+    return float(value)
+
+
+class Moves:
+    """The retries of one command across a slot move: a growing pause, within a deadline."""
+
+    def __init__(
+        self, timeout_s: float, what: str, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.timeout_s = timeout_s
+        self.what = what
+        self.clock = clock
+        self.deadline: float | None = None
+        self.pause = _FIRST_S
+        self.redirects = 0
+
+    def wait(self, error: BaseException, key: str | None = None) -> float:
+        """Seconds to wait before sending again after ``error`` (0 after ``MOVED``/``ASK``:
+        the next node is known); ``SlotMovingError`` once the deadline is past."""
+        now = self.clock()
+        if self.deadline is None:
+            self.deadline = now + self.timeout_s
+        if now >= self.deadline:
+            raise SlotMovingError(_message(self.what, key, self.timeout_s, error)) from error
+        if isinstance(error, AskError) and self.redirects < 2:  # MovedError is an AskError
+            self.redirects += 1
+            return 0.0
+        pause = min(self.pause, self.deadline - now)
+        self.pause = min(self.pause * 2, _MAX_S)
+        return pause
+
+
+def _message(what: str, key: str | None, timeout_s: float, error: BaseException) -> str:
+    where = ""
+    if key is not None:
+        where = f" on slot {key_slot(key.encode())} (key {key!r})"
+    return (
+        f"{what}{where} kept meeting a slot in motion for {timeout_s:g} s ({error}): a "
+        f"resharding or failover did not settle. Finish or fix it (redis-cli --cluster fix "
+        f"<host:port>; CLUSTER SETSLOT <slot> STABLE on a slot left MIGRATING/IMPORTING), or "
+        f"raise slot_move_timeout_s"
+    )
