@@ -102,13 +102,16 @@ def _log_ids(client: RedisCluster, saver: RedisStreamSaver, thread_id: str) -> l
     return [eid.decode() for eid, _ in client.xrange(saver._ops.keys(thread_id).log)]
 
 
-def _until(
-    check: Callable[[], bool], what: str | Callable[[], str], timeout: float = 15.0
-) -> None:
+def _until(check: Callable[[], bool], what: str | Callable[[], str], timeout: float = 15.0) -> None:
     deadline = time.monotonic() + timeout
     while not check():
         assert time.monotonic() < deadline, what if isinstance(what, str) else what()
         time.sleep(0.02)
+
+
+def _grows(runs: list[int], by: int, what: str) -> None:
+    target = len(runs) + by
+    _until(lambda: len(runs) >= target, what)
 
 
 def test_graphs_and_tailers_run_through_resharding_and_failover(
@@ -169,20 +172,18 @@ def test_graphs_and_tailers_run_through_resharding_and_failover(
         in_thread(follow(tail_all, every)),
     ]
     try:
-        _until(lambda: len(runs) >= 6, "the graphs never ran")
+        _grows(runs, 6, "the graphs never ran")
         slots = {client.keyslot(reader._ops.keys(t).log) for t in threads}
         for slot in sorted(slots):
             owner = cluster.owner(slot)
             to = next(p for p in cluster.primaries if p.port != owner.port)
             # one key per MIGRATE, a pause between: writes and reads meet the slot half moved
             cluster.move_slot(slot, to, batch=1, pause=0.1)
-            before = len(runs)
-            _until(lambda: len(runs) >= before + 3, "the graphs stalled after a slot moved")
+            _grows(runs, 3, "the graphs stalled after a slot moved")
         # the primary now serving the first thread fails over to its replica
         primary = cluster.owner(min(slots))
         cluster.failover(next(i for i, p in enumerate(cluster.primaries) if p is primary))
-        before = len(runs)
-        _until(lambda: len(runs) >= before + 6, "the graphs stalled after the failover")
+        _grows(runs, 6, "the graphs stalled after the failover")
     finally:
         stop.set()
         for worker, _ in workers[:3]:
@@ -195,24 +196,27 @@ def test_graphs_and_tailers_run_through_resharding_and_failover(
         for config in configs:
             got = reader.get_tuple(config)
             assert got is not None, f"{thread_id}: acknowledged {config} is lost"
-            assert got.config["configurable"]["checkpoint_id"] == (
-                config["configurable"]["checkpoint_id"]
+            assert (
+                got.config["configurable"]["checkpoint_id"]
+                == (config["configurable"]["checkpoint_id"])
             )
     logs = {t: _log_ids(client, reader, t) for t in threads}
     try:
         _until(
-            lambda: all([e.id for e in seen[t]] == logs[t] for t in threads)
-            and all(
-                [e.id for e in every if e.thread_id == t] == logs[t] for t in threads
+            lambda: (
+                all([e.id for e in seen[t]] == logs[t] for t in threads)
+                and all([e.id for e in every if e.thread_id == t] == logs[t] for t in threads)
             ),
-            lambda: "the tailers did not see every event exactly once: "
-            + repr(
-                {
-                    t: (len(logs[t]), len(seen[t]), len([e for e in every if e.thread_id == t]))
-                    for t in threads
-                }
-            )
-            + repr([(type(e), str(e)) for _, errors in workers[3:] for e in errors]),
+            lambda: (
+                "the tailers did not see every event exactly once: "
+                + repr(
+                    {
+                        t: (len(logs[t]), len(seen[t]), len([e for e in every if e.thread_id == t]))
+                        for t in threads
+                    }
+                )
+                + repr([(type(e), str(e)) for _, errors in workers[3:] for e in errors])
+            ),
         )
     finally:
         for tail in (*tails, tail_all):
