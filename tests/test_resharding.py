@@ -9,6 +9,7 @@ import asyncio
 import operator
 import threading
 import time
+import traceback
 from collections.abc import Callable, Iterator
 from typing import Annotated, Any, TypedDict
 
@@ -20,6 +21,7 @@ from langgraph.graph import END, START, StateGraph
 from redis.cluster import RedisCluster
 
 from streamsaver import AsyncRedisStreamSaver, RedisStreamSaver
+from streamsaver._moves import scan_plan
 from streamsaver.embedded import EmbeddedCluster
 from streamsaver.events import ThreadEvent
 from tests.test_tail import in_thread
@@ -107,6 +109,11 @@ def _until(check: Callable[[], bool], what: str | Callable[[], str], timeout: fl
     while not check():
         assert time.monotonic() < deadline, what if isinstance(what, str) else what()
         time.sleep(0.02)
+
+
+def _failures(workers: list[tuple[threading.Thread, list[BaseException]]]) -> list[str]:
+    """What the workers raised, with where (the test's report shows it whole)."""
+    return ["".join(traceback.format_exception(e)) for _, errors in workers for e in errors]
 
 
 def _ids(events: list[ThreadEvent], thread_id: str) -> list[str]:
@@ -201,7 +208,7 @@ def test_graphs_and_tailers_run_through_resharding_and_failover(
         stop.set()
         for worker, _ in workers[:3]:
             worker.join(timeout=30)
-    assert [repr(e) for _, errors in workers[:3] for e in errors] == []
+    assert _failures(workers[:3]) == []
 
     acked = {**{name: s.acked for name, s in savers.items()}, "async-replicated": async_acked}
     for thread_id, configs in acked.items():
@@ -243,7 +250,68 @@ def test_graphs_and_tailers_run_through_resharding_and_failover(
             tail.stop()
         for worker, _ in workers[3:]:
             worker.join(timeout=10)
-    assert [repr(e) for _, errors in workers[3:] for e in errors] == []
+    assert _failures(workers[3:]) == []
     for saver in savers.values():
         saver.client.close()
+    client.close()
+
+
+def _node(node_id: str, flags: str, migrating: tuple[str, str] | None = None) -> dict[str, Any]:
+    """A node as redis-py parses CLUSTER NODES; ``migrating``: (slot, target id)."""
+    moves = [{"slot": migrating[0], "node_id": migrating[1], "state": "migrating"}]
+    return {"node_id": node_id, "flags": flags, "slots": [], "migrations": moves if migrating else []}
+
+
+def test_a_scan_visits_each_migrating_slots_source_before_its_target() -> None:
+    # C is moving a slot to A: A's keys of that slot arrive while it is scanned
+    views = {
+        "h:1": {"h:1": _node("a", "myself,master"), "h:3": _node("c", "master")},
+        "h:2": {"h:2": _node("b", "myself,master"), "h:4": _node("d", "slave")},
+        "h:3": {
+            ":3": _node("c", "myself,master", ("7", "a"))
+        },
+    }
+    order, layout = scan_plan(views)
+    assert order.index("h:3") < order.index("h:1")
+    assert sorted(set(order)) == ["h:1", "h:2", "h:3"]
+    settled = {**views, "h:3": {":3": _node("c", "myself,master")}}
+    assert scan_plan(settled)[1] != layout  # the migration ended: a scan meanwhile runs again
+    both_ways = {
+        "h:1": {
+            "h:1": _node(
+                "a", "myself,master", [{"slot": "1", "node_id": "b", "state": "migrating"}]
+            )
+        },
+        "h:2": {
+            "h:2": _node(
+                "b", "myself,master", [{"slot": "2", "node_id": "a", "state": "migrating"}]
+            )
+        },
+    }
+    order = scan_plan(both_ways)[0]
+    assert order.index("h:1") < len(order) - 1 - order[::-1].index("h:2")
+    assert order.index("h:2") < len(order) - 1 - order[::-1].index("h:1")
+
+
+def test_thread_ids_and_list_find_every_thread_once_while_a_slot_is_half_moved(
+    replicated: EmbeddedCluster,
+) -> None:
+    client = RedisCluster.from_url(replicated.url)
+    saver = RedisStreamSaver(client, prefix="half")
+    threads = [f"t{n}" for n in range(8)]
+    for n, thread_id in enumerate(threads):
+        saver.put(*_checkpoint(thread_id, n))
+    slot = client.keyslot(saver._ops.keys(threads[0]).log)
+    moving = threading.Thread(
+        target=replicated.move_slot,
+        args=(slot, _other_primary(replicated, slot)),
+        kwargs={"batch": 1, "pause": 0.3},
+    )
+    moving.start()
+    try:
+        time.sleep(0.4)  # some of the slot's keys moved, some not
+        assert saver.thread_ids() == threads
+        assert sorted(t.config["configurable"]["thread_id"] for t in saver.list(None)) == threads
+    finally:
+        moving.join()
     client.close()

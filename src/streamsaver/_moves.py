@@ -15,14 +15,22 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Mapping
+from typing import Any
 
 from redis.crc import key_slot
-from redis.exceptions import AskError, ClusterError, TryAgainError
+from redis.exceptions import AskError, ClusterError, ResponseError, TryAgainError
 
 from ._errors import InvalidInputError, SlotMovingError
 
-__all__ = ["DEFAULT_SLOT_MOVE_TIMEOUT_S", "Moves", "check_timeout", "is_moving"]
+__all__ = [
+    "DEFAULT_SLOT_MOVE_TIMEOUT_S",
+    "Moves",
+    "check_timeout",
+    "is_demoted",
+    "is_moving",
+    "scan_plan",
+]
 
 DEFAULT_SLOT_MOVE_TIMEOUT_S = 5.0
 _FIRST_S = 0.01
@@ -35,6 +43,12 @@ def is_moving(error: object) -> bool:
         return True
     # what redis-py raises once its own TRYAGAIN (or MOVED ping-pong) retries run out
     return isinstance(error, ClusterError) and "TTL exhausted" in str(error)
+
+
+def is_demoted(error: object) -> bool:
+    """Whether ``error`` ended a blocking command (``WAIT``, ``XREAD BLOCK``) because its node
+    stopped being a primary: a failover. The command is sent again where the slot is now."""
+    return isinstance(error, ResponseError) and "instance state changed" in str(error)
 
 
 def check_timeout(value: object) -> float:
@@ -90,3 +104,55 @@ def _message(what: str, key: str | None, timeout_s: float, error: BaseException)
         f"<host:port>; CLUSTER SETSLOT <slot> STABLE on a slot left MIGRATING/IMPORTING), or "
         f"raise slot_move_timeout_s"
     )
+
+
+def scan_plan(views: Mapping[str, Mapping[str, Any]]) -> tuple[list[str], Hashable]:
+    """Which primaries a SCAN of every key visits, in what order, and the layout it assumes.
+
+    ``views``: each primary's ``CLUSTER NODES`` as redis-py parses it. SCAN is per node, and
+    MIGRATE takes keys from a slot's source to its target only: visiting every source before
+    its target finds each key once at least, wherever it is when visited. A layout that differs
+    after the scan (a slot moved or began to, a failover) means keys may have gone past it,
+    and the scan is run again."""
+    me: dict[str, Mapping[str, Any]] = {}
+    ids: dict[str, str] = {}
+    masters: set[str] = set()
+    for asked, view in views.items():
+        for listed, node in view.items():
+            flags = node["flags"].split(",")
+            # a node may list itself without its host (":port"): the name it was asked by is
+            # the one the client knows it by
+            address = asked if "myself" in flags else listed
+            ids[node["node_id"]] = address
+            if "myself" in flags:
+                me[address] = node
+            # what any node calls a primary: after a failover the client may still ask the
+            # demoted one (a replica now answers SCAN with the same keys), not the promoted
+            if "master" in flags and "fail" not in flags:
+                masters.add(address)
+    primaries = sorted(masters)
+    before: dict[str, set[str]] = {a: set() for a in primaries}  # target: its sources
+    for address, node in me.items():
+        for move in node["migrations"]:
+            target = ids.get(move["node_id"])
+            if move["state"] == "migrating" and target in before and address in before:
+                before[target].add(address)
+    order: list[str] = []
+    while len(order) < len(primaries):
+        ready = [a for a in primaries if a not in order and before[a] <= set(order)]
+        if not ready:
+            # slots moving both ways between nodes at once: visiting every node twice puts
+            # each source before each target
+            order = primaries + primaries
+            break
+        order.append(ready[0])
+    layout = frozenset(
+        (
+            address,
+            node["flags"],
+            tuple(map(tuple, node["slots"])),
+            tuple((m["slot"], m["node_id"], m["state"]) for m in node["migrations"]),
+        )
+        for address, node in me.items()
+    )
+    return order, layout

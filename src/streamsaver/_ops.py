@@ -621,7 +621,8 @@ class Operations:
 
     def threads(self) -> Flow[builtins.list[str]]:
         keys = yield ScanLogs(log_pattern(self.prefix))
-        return sorted(thread_id_of(self.prefix, _text(k)) for k in keys)
+        # a key that moved between two nodes while they were scanned is found on both
+        return sorted({thread_id_of(self.prefix, _text(k)) for k in keys})
 
 
 def _text(value: bytes | str) -> str:

@@ -19,7 +19,14 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from redis.cluster import RedisCluster
-from redis.exceptions import AskError, ClusterError, MovedError, NoScriptError, ResponseError
+from redis.exceptions import (
+    AskError,
+    ClusterError,
+    MovedError,
+    NoScriptError,
+    ResponseError,
+    TryAgainError,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -38,7 +45,7 @@ from ._base import (
 from ._chain import ChainCheck
 from ._durability import DurabilityMode
 from ._errors import InvalidInputError, translate, unavailable
-from ._moves import DEFAULT_SLOT_MOVE_TIMEOUT_S, Moves, is_moving
+from ._moves import DEFAULT_SLOT_MOVE_TIMEOUT_S, Moves, is_demoted, is_moving, scan_plan
 from ._ops import Call, Each, Eval, Flow, Op, Replay, ScanLogs, T, drive, iterate
 from ._projection import Applied
 from ._scripts import SOURCES
@@ -173,13 +180,48 @@ class RedisStreamSaver(StreamSaverBase):
                     return self._scripts[op.script](keys=list(op.keys), args=list(op.args))
                 if isinstance(op, Call):
                     return self.client.execute_command(*op.args)  # type: ignore[no-untyped-call]
-                return list(self.client.scan_iter(match=op.pattern, count=1000, _type="STREAM"))
+                return self._scan_logs(op, moves)
             except (ResponseError, ClusterError) as exc:
                 if not is_moving(exc):
                     raise translate(exc) if isinstance(exc, ResponseError) else exc from exc
                 time.sleep(moves.wait(exc, key_of(op)))
             except (RedisConnectionError, RedisTimeoutError) as exc:
                 raise unavailable(exc) from exc
+
+    def _scan_logs(self, op: ScanLogs, moves: Moves) -> builtins.list[Any]:
+        # redis-py leaves these untyped; Any keeps mypy from flagging every call
+        client: Any = self.client
+        if not isinstance(self.client, RedisCluster):
+            return list(client.scan_iter(match=op.pattern, count=1000, _type="STREAM"))
+        # node by node, in the order scan_plan gives, again if the layout changed meanwhile
+        found: set[Any] = set()
+        while True:
+            order, layout = scan_plan(self._views())
+            for name in order:
+                node = client.get_node(node_name=name)
+                if node is None:  # a node the client has not heard of yet
+                    client.nodes_manager.initialize()
+                    node = client.get_node(node_name=name)
+                cursor = None
+                while cursor != 0:
+                    cursors, keys = client.scan(
+                        cursor or 0, match=op.pattern, count=1000, _type="STREAM", target_nodes=node
+                    )
+                    found.update(keys)
+                    cursor = next(iter(cursors.values()))
+            if scan_plan(self._views())[1] == layout:
+                return builtins.list(found)
+            client.nodes_manager.initialize()
+            moved = TryAgainError(f"the cluster layout changed during a SCAN for {op.pattern!r}")
+            time.sleep(moves.wait(moved))
+
+    def _views(self) -> dict[str, Any]:
+        """Each primary's CLUSTER NODES (scan_plan)."""
+        client: Any = self.client
+        return {
+            node.name: client.execute_command("CLUSTER NODES", target_nodes=node)
+            for node in client.get_primaries()
+        }
 
     def _execute_each(self, op: Each, moves: Moves) -> builtins.list[Any]:
         replies: builtins.list[Any] = [None] * len(op.ops)
@@ -245,6 +287,13 @@ class RedisStreamSaver(StreamSaverBase):
                 asked = client.get_node(host=reply.host, port=reply.port)
                 if asked is None:  # a node the client has not heard of yet
                     client.nodes_manager.initialize()
+                continue
+            if cluster and not isinstance(reply, Exception) and is_demoted(ack):
+                # the node turned replica while WAIT waited (a failover): the write may be on
+                # the promoted replica, but nothing acknowledged it; sent again where the slot
+                # is now, it is (writes are idempotent)
+                time.sleep(moves.wait(ack, key))
+                client.nodes_manager.initialize()
                 continue
             if isinstance(reply, Exception):
                 raise reply

@@ -42,7 +42,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ._errors import SlotMovingError, unavailable
-from ._moves import Moves, is_moving
+from ._moves import Moves, is_demoted, is_moving
 from ._tail import (
     Batch,
     Block,
@@ -115,11 +115,6 @@ def _unblocked(args: Command) -> Command:
     """A blocking read's command without its ``BLOCK <ms>``."""
     at = args.index("BLOCK")
     return (*args[:at], *args[at + 2 :])
-
-
-def _demoted(reply: Any) -> bool:
-    """A blocking read ended because its node stopped being a primary (a failover)."""
-    return isinstance(reply, ResponseError) and "instance state changed" in str(reply)
 
 
 _ASKED_NAP_S = 0.05  # between reads of a slot half moved, which cannot block
@@ -246,7 +241,7 @@ class _SyncIO:
         moves = Moves(self.move_timeout_s, "a tail's blocking read")
         while not self.stopped.is_set():
             reply = self._on_own(op.key, read)
-            if self.cluster and _demoted(reply):
+            if self.cluster and is_demoted(reply):
                 # the slot is served by the promoted replica now: learn the layout, read there
                 self.stopped.wait(moves.wait(reply, op.key))
                 self.client.nodes_manager.initialize()
@@ -683,7 +678,7 @@ class _AsyncIO:
         moves = Moves(self.move_timeout_s, "a tail's blocking read")
         while not self.stopped.is_set():
             reply = await self._on_own(op.key, read)
-            if self.cluster and _demoted(reply):
+            if self.cluster and is_demoted(reply):
                 await self._nap(moves.wait(reply, op.key))
                 await self.client.nodes_manager.initialize()
                 continue
