@@ -258,8 +258,12 @@ def test_graphs_and_tailers_run_through_resharding_and_failover(
 
 def _node(node_id: str, flags: str, migrating: tuple[str, str] | None = None) -> dict[str, Any]:
     """A node as redis-py parses CLUSTER NODES; ``migrating``: (slot, target id)."""
-    moves = [{"slot": migrating[0], "node_id": migrating[1], "state": "migrating"}]
-    return {"node_id": node_id, "flags": flags, "slots": [], "migrations": moves if migrating else []}
+    moves = (
+        []
+        if migrating is None
+        else [{"slot": migrating[0], "node_id": migrating[1], "state": "migrating"}]
+    )
+    return {"node_id": node_id, "flags": flags, "slots": [], "migrations": moves}
 
 
 def test_a_scan_visits_each_migrating_slots_source_before_its_target() -> None:
@@ -267,9 +271,7 @@ def test_a_scan_visits_each_migrating_slots_source_before_its_target() -> None:
     views = {
         "h:1": {"h:1": _node("a", "myself,master"), "h:3": _node("c", "master")},
         "h:2": {"h:2": _node("b", "myself,master"), "h:4": _node("d", "slave")},
-        "h:3": {
-            ":3": _node("c", "myself,master", ("7", "a"))
-        },
+        "h:3": {":3": _node("c", "myself,master", ("7", "a"))},
     }
     order, layout = scan_plan(views)
     assert order.index("h:3") < order.index("h:1")
