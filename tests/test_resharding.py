@@ -279,16 +279,8 @@ def test_a_scan_visits_each_migrating_slots_source_before_its_target() -> None:
     settled = {**views, "h:3": {":3": _node("c", "myself,master")}}
     assert scan_plan(settled)[1] != layout  # the migration ended: a scan meanwhile runs again
     both_ways = {
-        "h:1": {
-            "h:1": _node(
-                "a", "myself,master", [{"slot": "1", "node_id": "b", "state": "migrating"}]
-            )
-        },
-        "h:2": {
-            "h:2": _node(
-                "b", "myself,master", [{"slot": "2", "node_id": "a", "state": "migrating"}]
-            )
-        },
+        "h:1": {"h:1": _node("a", "myself,master", ("1", "b"))},
+        "h:2": {"h:2": _node("b", "myself,master", ("2", "a"))},
     }
     order = scan_plan(both_ways)[0]
     assert order.index("h:1") < len(order) - 1 - order[::-1].index("h:2")
