@@ -14,13 +14,14 @@ from collections.abc import Callable, Iterator
 from typing import Annotated, Any, TypedDict
 
 import pytest
+import redis
 import redis.asyncio.cluster as acluster
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
 from langgraph.graph import END, START, StateGraph
 from redis.cluster import RedisCluster
 
-from streamsaver import AsyncRedisStreamSaver, RedisStreamSaver
+from streamsaver import AsyncRedisStreamSaver, InvalidInputError, RedisStreamSaver, SlotMovingError
 from streamsaver._moves import scan_plan
 from streamsaver.embedded import EmbeddedCluster
 from streamsaver.events import ThreadEvent
@@ -308,4 +309,35 @@ def test_thread_ids_and_list_find_every_thread_once_while_a_slot_is_half_moved(
         assert sorted(t.config["configurable"]["thread_id"] for t in saver.list(None)) == threads
     finally:
         moving.join()
+    client.close()
+
+
+def test_a_slot_left_half_moved_raises_slot_moving_error_naming_it(
+    replicated: EmbeddedCluster,
+) -> None:
+    client = RedisCluster.from_url(replicated.url)
+    saver = RedisStreamSaver(client, prefix="stuck", slot_move_timeout_s=0.3)
+    saver.put(*_checkpoint("t", 1))
+    log = saver._ops.keys("t").log
+    slot = client.keyslot(log)
+    source, target = replicated.owner(slot), _other_primary(replicated, slot)
+    with redis.Redis(port=source.port) as src, redis.Redis(port=target.port) as dst:
+        ids = [r.execute_command("CLUSTER", "MYID").decode() for r in (src, dst)]
+        dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", ids[0])
+        src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", ids[1])
+        # the log moved, its indexes did not: every script on the thread meets TRYAGAIN
+        src.execute_command("MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", log)
+    with pytest.raises(SlotMovingError, match=f"slot {slot} .*redis-cli --cluster fix"):
+        saver.put(*_checkpoint("t", 2))
+    replicated.move_slot(slot, target)  # settled: the same call goes through
+    stored = saver.put(*_checkpoint("t", 2))
+    assert saver.get_tuple(stored) is not None
+    client.close()
+
+
+def test_slot_move_timeout_must_be_seconds(replicated: EmbeddedCluster) -> None:
+    client = RedisCluster.from_url(replicated.url)
+    for bad in (-1, "5", float("nan"), True):
+        with pytest.raises(InvalidInputError, match="slot_move_timeout_s"):
+            RedisStreamSaver(client, slot_move_timeout_s=bad)  # type: ignore[arg-type]
     client.close()

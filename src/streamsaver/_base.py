@@ -16,7 +16,7 @@ from ._durability import Durability, DurabilityMode
 from ._errors import InvalidInputError
 from ._keys import validate_prefix
 from ._moves import DEFAULT_SLOT_MOVE_TIMEOUT_S, check_timeout
-from ._ops import Call, Eval, Op, Operations
+from ._ops import Call, Each, Eval, Op, Operations
 from ._projection import Projections
 
 __all__ = [
@@ -163,11 +163,14 @@ def key_of(op: Op) -> str | None:
 
 
 def what(op: Op) -> str:
+    """An operation as an error message names it."""
     if isinstance(op, Eval):
         return f"script {op.script!r}"
     if isinstance(op, Call):
         return f"{op.args[0]!r}"
-    return type(op).__name__
+    if isinstance(op, Each):
+        return f"a pipeline of {len(op.ops)} commands"
+    return f"a SCAN for {op.pattern!r}"
 
 
 def pipelined(scripts: dict[str, Any], op: Eval | Call) -> tuple[Any, ...]:

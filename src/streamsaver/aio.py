@@ -186,8 +186,10 @@ class AsyncRedisStreamSaver(StreamSaverBase):
                     return await self.client.execute_command(*op.args)
                 return await self._scan_logs(op, moves)
             except (ResponseError, ClusterError) as exc:
+                if isinstance(exc, ResponseError) and not is_moving(exc):
+                    raise translate(exc) from exc
                 if not is_moving(exc):
-                    raise translate(exc) if isinstance(exc, ResponseError) else exc from exc
+                    raise
                 await asyncio.sleep(moves.wait(exc, key_of(op)))
             except (RedisConnectionError, RedisTimeoutError) as exc:
                 raise unavailable(exc) from exc

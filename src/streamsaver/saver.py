@@ -182,8 +182,10 @@ class RedisStreamSaver(StreamSaverBase):
                     return self.client.execute_command(*op.args)  # type: ignore[no-untyped-call]
                 return self._scan_logs(op, moves)
             except (ResponseError, ClusterError) as exc:
+                if isinstance(exc, ResponseError) and not is_moving(exc):
+                    raise translate(exc) from exc
                 if not is_moving(exc):
-                    raise translate(exc) if isinstance(exc, ResponseError) else exc from exc
+                    raise
                 time.sleep(moves.wait(exc, key_of(op)))
             except (RedisConnectionError, RedisTimeoutError) as exc:
                 raise unavailable(exc) from exc
