@@ -184,6 +184,34 @@ def test_graphs_and_tailers_run_through_resharding_and_failover(
             delivered.append(delivery.event)
             group.ack(delivery)
 
+    # the asyncio readers: one thread's tail (its blocking reads) and every thread's feeds
+    aseen: list[ThreadEvent] = []
+    aevery: list[ThreadEvent] = []
+    areaders_done = threading.Event()
+
+    def async_readers() -> None:
+        async def main() -> None:
+            aclient = acluster.RedisCluster.from_url(cluster.url)
+            asaver = AsyncRedisStreamSaver(aclient, prefix="rs")
+            readers = [
+                (asaver.atail("async-replicated", after="0", block_ms=200), aseen),
+                (asaver.atail_all(after="0", discover_ms=50, poll_ms=10), aevery),
+            ]
+
+            async def read(tail: Any, into: list[ThreadEvent]) -> None:
+                async for event in tail:
+                    into.append(event)
+
+            tasks = [asyncio.create_task(read(*r)) for r in readers]
+            while not areaders_done.is_set() and not any(t.done() for t in tasks):
+                await asyncio.sleep(0.05)
+            for tail, _ in readers:
+                await tail.stop()
+            await asyncio.gather(*tasks)  # raises what a reader raised
+            await aclient.aclose()
+
+        asyncio.run(main())
+
     workers = [
         in_thread(sync_writer("sync-none")),
         in_thread(sync_writer("sync-replicated")),
@@ -191,6 +219,7 @@ def test_graphs_and_tailers_run_through_resharding_and_failover(
         *(in_thread(follow(tail, seen[t])) for tail, t in zip(tails, threads, strict=True)),
         in_thread(follow(tail_all, every)),
         in_thread(consume),
+        in_thread(async_readers),
     ]
     try:
         _grows(runs, 6, "the graphs never ran")
@@ -229,6 +258,8 @@ def test_graphs_and_tailers_run_through_resharding_and_failover(
                 and all(_ids(every, t) == logs[t] for t in threads)
                 # at least once: a delivery whose ack a move refused comes again
                 and all(set(logs[t]) == set(_ids(delivered, t)) for t in threads)
+                and [e.id for e in aseen] == logs["async-replicated"]
+                and all(_ids(aevery, t) == logs[t] for t in threads)
             ),
             lambda: (
                 "the tailers did not see every event exactly once: "
@@ -239,16 +270,19 @@ def test_graphs_and_tailers_run_through_resharding_and_failover(
                             len(seen[t]),
                             len([e for e in every if e.thread_id == t]),
                             len({e.id for e in delivered if e.thread_id == t}),
+                            len(_ids(aevery, t)),
                         )
                         for t in threads
                     }
                 )
+                + f" async tail {len(aseen)}: "
                 + repr([(type(e), str(e)) for _, errors in workers[3:] for e in errors])
             ),
         )
     finally:
         for tail in (*tails, tail_all, group):
             tail.stop()
+        areaders_done.set()
         for worker, _ in workers[3:]:
             worker.join(timeout=10)
     assert _failures(workers[3:]) == []

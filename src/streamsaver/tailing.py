@@ -628,6 +628,8 @@ class _AsyncIO:
     async def _connection(self, key: str | None) -> _Dedicated:
         if self.cluster:
             assert key is not None, "a blocking read on a cluster names its key"
+            # a tail may be a fresh client's first use: the slot map is learned on first call
+            await self.client.initialize()
             node = self.client.get_node_from_key(key)
             cls, kwargs, name = node.connection_class, node.connection_kwargs, node.name
         else:
