@@ -15,7 +15,8 @@ from ._delta import DeltaCache
 from ._durability import Durability, DurabilityMode
 from ._errors import InvalidInputError
 from ._keys import validate_prefix
-from ._ops import Call, Eval, Operations
+from ._moves import DEFAULT_SLOT_MOVE_TIMEOUT_S, check_timeout
+from ._ops import Call, Each, Eval, Op, Operations
 from ._projection import Projections
 
 __all__ = [
@@ -72,8 +73,11 @@ class StreamSaverBase(BaseCheckpointSaver[str]):
         keep_last: int | None = None,
         chain: bool = True,
         allow_eviction: bool = False,
+        slot_move_timeout_s: float = DEFAULT_SLOT_MOVE_TIMEOUT_S,
     ) -> None:
         super().__init__(serde=serde)
+        # how long a command keeps resending while its cluster slot migrates (_moves.py)
+        self.slot_move_timeout_s = check_timeout(slot_move_timeout_s)
         for name, value, low in (
             ("max_payload_bytes", max_payload_bytes, 1),
             ("delta_cache_bytes", delta_cache_bytes, 0),
@@ -154,6 +158,26 @@ class StreamSaverBase(BaseCheckpointSaver[str]):
         else:
             counter = int(str(current).split(".", 1)[0])
         return f"{counter + 1:010d}.{random.getrandbits(32):08x}"
+
+
+def key_of(op: Op) -> str | None:
+    """The key an operation's slot is found by, for an error message to name."""
+    if isinstance(op, Eval):
+        return op.keys[0] if op.keys else None
+    if isinstance(op, Call) and len(op.args) > 1 and isinstance(op.args[1], str):
+        return op.args[1]
+    return None
+
+
+def what(op: Op) -> str:
+    """An operation as an error message names it."""
+    if isinstance(op, Eval):
+        return f"script {op.script!r}"
+    if isinstance(op, Call):
+        return f"{op.args[0]!r}"
+    if isinstance(op, Each):
+        return f"a pipeline of {len(op.ops)} commands"
+    return f"a SCAN for {op.pattern!r}"
 
 
 def pipelined(scripts: dict[str, Any], op: Eval | Call) -> tuple[Any, ...]:

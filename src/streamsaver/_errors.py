@@ -5,6 +5,7 @@ StreamSaverError
 │   ├── InvalidConfigError              a RunnableConfig without what the call needs
 │   └── PayloadTooLargeError            an event beyond ``max_payload_bytes``
 ├── UnsupportedServerError              the Redis server lacks a needed feature
+├── SlotMovingError                     a cluster slot stayed in motion past slot_move_timeout_s
 ├── IntegrityError                     stored data is incomplete or inconsistent: a read or
 │   │                                   write would otherwise hand back or build partial state
 │   ├── CorruptIndexError               an index disagrees with the log: rebuild the thread
@@ -41,6 +42,7 @@ __all__ = [
     "PayloadTooLargeError",
     "ServerTimeoutError",
     "ServerUnavailableError",
+    "SlotMovingError",
     "StreamSaverError",
     "ThreadDeletedError",
     "UnsupportedServerError",
@@ -74,6 +76,11 @@ class PayloadTooLargeError(InvalidInputError):
 
 class UnsupportedServerError(StreamSaverError):
     """The Redis server is too old, or lacks a feature the chosen options need."""
+
+
+class SlotMovingError(StreamSaverError):
+    """A command kept meeting its cluster slot mid-migration (``TRYAGAIN``, redirections) for
+    longer than ``slot_move_timeout_s``; it did not run. The message names the slot."""
 
 
 class ServerUnavailableError(StreamSaverError, RedisConnectionError):

@@ -737,9 +737,9 @@ class Operations:
     def threads(self, deleted: bool = False) -> Flow[builtins.list[str]]:
         """Every thread with a log; ``deleted``: also those whose log holds only their
         deletion (lua/delete_thread.lua) until it expires or the id is used again."""
-        ids = [
-            thread_id_of(self.prefix, _text(k)) for k in (yield ScanLogs(log_pattern(self.prefix)))
-        ]
+        keys = yield ScanLogs(log_pattern(self.prefix))
+        # a key that moved between two nodes while they were scanned is found on both
+        ids = sorted({thread_id_of(self.prefix, _text(k)) for k in keys})
         if deleted:
             return sorted(ids)
         marks = yield Each(tuple(Call(("HEXISTS", self.keys(t).ptr, "d")) for t in ids))

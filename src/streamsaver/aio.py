@@ -19,7 +19,14 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
-from redis.exceptions import AskError, MovedError, NoScriptError, ResponseError
+from redis.exceptions import (
+    AskError,
+    ClusterError,
+    MovedError,
+    NoScriptError,
+    ResponseError,
+    TryAgainError,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -30,13 +37,16 @@ from ._base import (
     DEFAULT_PREFIX,
     StreamSaverBase,
     check_client,
+    key_of,
     page_limit,
     pipelined,
+    what,
 )
 from ._chain import ChainCheck
 from ._durability import DurabilityMode
 from ._errors import InvalidInputError, InvalidUsageError, translate, unavailable
 from ._history import delta_channel_history
+from ._moves import DEFAULT_SLOT_MOVE_TIMEOUT_S, Moves, is_demoted, is_moving, scan_plan
 from ._ops import Call, Each, Eval, Flow, Op, Replay, ScanLogs, T, adrive, aiterate
 from ._scripts import SOURCES
 from ._tail import (
@@ -80,6 +90,7 @@ class AsyncRedisStreamSaver(StreamSaverBase):
         keep_last: int | None = None,
         chain: bool = True,
         allow_eviction: bool = False,
+        slot_move_timeout_s: float = DEFAULT_SLOT_MOVE_TIMEOUT_S,
     ) -> None:
         if not isinstance(client, (aredis.Redis, AsyncRedisCluster)):
             raise InvalidInputError(
@@ -100,6 +111,7 @@ class AsyncRedisStreamSaver(StreamSaverBase):
             keep_last=keep_last,
             chain=chain,
             allow_eviction=allow_eviction,
+            slot_move_timeout_s=slot_move_timeout_s,
         )
         self.client = client
         self._scripts = {name: client.register_script(src) for name, src in SOURCES.items()}
@@ -174,54 +186,104 @@ class AsyncRedisStreamSaver(StreamSaverBase):
         self.server_version = await adrive(self._ops.setup(), self._execute)
 
     async def _execute(self, op: Op) -> Any:
-        try:
-            if isinstance(op, Each):
-                return await self._execute_each(op)
-            wait = None if isinstance(op, ScanLogs) or not op.write else self.durability.command()
-            if wait is not None:
-                return await self._execute_durably(op, wait)  # type: ignore[arg-type]
-            if isinstance(op, Eval):
-                return await self._scripts[op.script](keys=list(op.keys), args=list(op.args))
-            if isinstance(op, Call):
-                return await self.client.execute_command(*op.args)
-            scan = self.client.scan_iter(match=op.pattern, count=1000, _type="STREAM")
+        moves = Moves(self.slot_move_timeout_s, what(op))
+        while True:
+            try:
+                if isinstance(op, Each):
+                    return await self._execute_each(op, moves)
+                write = not isinstance(op, ScanLogs) and op.write
+                wait = self.durability.command() if write else None
+                if wait is not None:
+                    return await self._execute_durably(op, wait, moves)  # type: ignore[arg-type]
+                if isinstance(op, Eval):
+                    return await self._scripts[op.script](keys=list(op.keys), args=list(op.args))
+                if isinstance(op, Call):
+                    return await self.client.execute_command(*op.args)
+                return await self._scan_logs(op, moves)
+            except (ResponseError, ClusterError) as exc:
+                if isinstance(exc, ResponseError) and not is_moving(exc):
+                    raise translate(exc) from exc
+                if not is_moving(exc):
+                    raise
+                await asyncio.sleep(moves.wait(exc, key_of(op)))
+            except (RedisConnectionError, RedisTimeoutError) as exc:
+                raise unavailable(exc) from exc
+
+    async def _scan_logs(self, op: ScanLogs, moves: Moves) -> builtins.list[Any]:
+        # redis-py leaves these untyped; Any keeps mypy from flagging every call
+        client: Any = self.client
+        if not isinstance(self.client, AsyncRedisCluster):
+            scan = client.scan_iter(match=op.pattern, count=1000, _type="STREAM")
             return [key async for key in scan]
-        except ResponseError as exc:
-            raise translate(exc) from exc
-        except (RedisConnectionError, RedisTimeoutError) as exc:
-            raise unavailable(exc) from exc
+        # node by node, in the order scan_plan gives, again if the layout changed meanwhile
+        found: set[Any] = set()
+        while True:
+            order, layout = scan_plan(await self._views())
+            for name in order:
+                node = client.get_node(node_name=name)
+                if node is None:  # a node the client has not heard of yet
+                    await client.nodes_manager.initialize()
+                    node = client.get_node(node_name=name)
+                cursor = None
+                while cursor != 0:
+                    cursors, keys = await client.scan(
+                        cursor or 0, match=op.pattern, count=1000, _type="STREAM", target_nodes=node
+                    )
+                    found.update(keys)
+                    cursor = next(iter(cursors.values()))
+            if scan_plan(await self._views())[1] == layout:
+                return builtins.list(found)
+            await client.nodes_manager.initialize()
+            moved = TryAgainError(f"the cluster layout changed during a SCAN for {op.pattern!r}")
+            await asyncio.sleep(moves.wait(moved))
 
-    async def _execute_each(self, op: Each) -> builtins.list[Any]:
-        if not op.ops:
-            return []
-        pipe = self.client.pipeline(transaction=False)
-        for one in op.ops:
-            pipe.execute_command(*pipelined(self._scripts, one))
-        replies: builtins.list[Any] = await pipe.execute(raise_on_error=False)
-        for i, (one, reply) in enumerate(zip(op.ops, replies, strict=True)):
-            if isinstance(one, Eval) and isinstance(reply, NoScriptError):
-                try:
-                    script = self._scripts[one.script]
-                    replies[i] = await script(keys=list(one.keys), args=list(one.args))
-                except ResponseError as exc:
-                    replies[i] = translate(exc)
-            elif isinstance(reply, ResponseError):
-                replies[i] = translate(reply)
-        return replies
+    async def _views(self) -> dict[str, Any]:
+        """Each primary's CLUSTER NODES (scan_plan)."""
+        client: Any = self.client
+        return {
+            node.name: await client.execute_command("CLUSTER NODES", target_nodes=node)
+            for node in client.get_primaries()
+        }
 
-    async def _execute_durably(self, op: Eval | Call, wait: tuple[str | int, ...]) -> Any:
+    async def _execute_each(self, op: Each, moves: Moves) -> builtins.list[Any]:
+        replies: builtins.list[Any] = [None] * len(op.ops)
+        todo = list(range(len(op.ops)))
+        while todo:
+            pipe = self.client.pipeline(transaction=False)
+            for i in todo:
+                pipe.execute_command(*pipelined(self._scripts, op.ops[i]))
+            for i, reply in zip(todo, await pipe.execute(raise_on_error=False), strict=True):
+                one = op.ops[i]
+                if isinstance(one, Eval) and isinstance(reply, NoScriptError):
+                    try:
+                        script = self._scripts[one.script]
+                        reply = await script(keys=list(one.keys), args=list(one.args))
+                    except (ResponseError, ClusterError) as exc:
+                        reply = exc
+                replies[i] = reply
+            # a slot in motion: those ops did not run; the others are not sent again
+            moving = [i for i in todo if is_moving(replies[i])]
+            if moving:
+                await asyncio.sleep(moves.wait(replies[moving[0]], key_of(op.ops[moving[0]])))
+            todo = moving
+        return [translate(r) if isinstance(r, ResponseError) else r for r in replies]
+
+    async def _execute_durably(
+        self, op: Eval | Call, wait: tuple[str | int, ...], moves: Moves
+    ) -> Any:
         # WAIT/WAITAOF count the writes of their own connection, so the write and the wait go
         # down one connection, pipelined: one round trip. On a cluster both name the key's
         # primary as their target: the pipeline sends a node's commands together, in order, on
         # one of its connections. A redirection means the write did not run (the WAIT's count
         # is then meaningless): both are sent again where the slot now is.
-        key = op.keys[0] if isinstance(op, Eval) else op.args[1]
+        key: Any = op.keys[0] if isinstance(op, Eval) else op.args[1]
         # redis-py leaves the cluster pipeline untyped; Any keeps mypy from flagging each call
         client: Any = self.client
         cluster = isinstance(client, AsyncRedisCluster)
         node: Any = None
         asking = False
-        for _ in range(3):
+        loads = 0
+        while True:
             if cluster:
                 await client.initialize()
                 node = node if asking else client.get_node_from_key(key)
@@ -241,15 +303,28 @@ class AsyncRedisStreamSaver(StreamSaverBase):
                 replies = await pipe.execute(raise_on_error=False)
             reply, ack = replies[-2:]
             asking = False
-            if isinstance(reply, NoScriptError) and isinstance(op, Eval):
+            if isinstance(reply, NoScriptError) and isinstance(op, Eval) and loads < 2:
+                loads += 1
                 # the server restarted or failed over
                 await client.execute_command("SCRIPT", "LOAD", script.script, **to)
                 continue
-            if isinstance(reply, MovedError):
+            if cluster and isinstance(reply, MovedError):
+                await asyncio.sleep(moves.wait(reply, key))
                 await client.nodes_manager.move_slot(reply)
                 continue
-            if isinstance(reply, AskError) and client.get_node(reply.host, reply.port):
-                node, asking = client.get_node(reply.host, reply.port), True
+            if cluster and isinstance(reply, AskError):
+                await asyncio.sleep(moves.wait(reply, key))
+                node = client.get_node(reply.host, reply.port)
+                if node is None:  # a node the client has not heard of yet
+                    await client.nodes_manager.initialize()
+                asking = node is not None
+                continue
+            if cluster and not isinstance(reply, Exception) and is_demoted(ack):
+                # the node turned replica while WAIT waited (a failover): the write may be on
+                # the promoted replica, but nothing acknowledged it; sent again where the slot
+                # is now, it is (writes are idempotent)
+                await asyncio.sleep(moves.wait(ack, key))
+                await client.nodes_manager.initialize()
                 continue
             if isinstance(reply, Exception):
                 raise reply
@@ -257,7 +332,6 @@ class AsyncRedisStreamSaver(StreamSaverBase):
                 raise ack
             self.durability.check_ack(ack)
             return reply
-        raise reply
 
     async def _run(self, flow: Flow[T]) -> T:
         if self.server_version is None:

@@ -292,6 +292,87 @@ class EmbeddedCluster:
             for client in clients.values():
                 client.close()
 
+    def _client(self, node: EmbeddedRedis) -> redis.Redis:
+        return redis.Redis(host="127.0.0.1", port=node.port)
+
+    def _ids(self) -> dict[str, tuple[EmbeddedRedis, bool]]:
+        """Every node by its cluster id, and whether it is a primary now (failovers swap)."""
+        by_port = {node.port: node for node in self.nodes}
+        with self._client(self.nodes[0]) as client:
+            out = {}
+            for line in _text(_cluster(client, "NODES")).splitlines():
+                node_id, address, flags = line.split()[:3]
+                port = int(address.split("@")[0].rsplit(":", 1)[1])
+                out[node_id] = (by_port[port], "master" in flags.split(","))
+        return out
+
+    def owner(self, slot: int) -> EmbeddedRedis:
+        """The primary serving ``slot`` now."""
+        with self._client(self.nodes[0]) as client:
+            for start, end, primary, *_ in _cluster(client, "SLOTS"):
+                if start <= slot <= end:
+                    port = int(primary[1])
+                    return next(node for node in self.nodes if node.port == port)
+        raise RuntimeError(f"no primary serves slot {slot}")
+
+    def move_slot(
+        self, slot: int, to: EmbeddedRedis, *, batch: int = 10, pause: float = 0.0
+    ) -> None:
+        """Move ``slot`` to primary ``to`` the way ``redis-cli --cluster reshard`` does:
+        IMPORTING on the target, MIGRATING on the source, MIGRATE of its keys ``batch`` at a
+        time (``pause`` seconds apart, so clients meet the slot half moved), then SETSLOT NODE
+        on every primary."""
+        ids = {node.port: node_id for node_id, (node, _) in self._ids().items()}
+        source = self.owner(slot)
+        if source.port == to.port:
+            return
+        with self._client(source) as src, self._client(to) as dst:
+            _cluster(dst, "SETSLOT", slot, "IMPORTING", ids[source.port])
+            _cluster(src, "SETSLOT", slot, "MIGRATING", ids[to.port])
+            while keys := _cluster(src, "GETKEYSINSLOT", slot, batch):
+                src.execute_command("MIGRATE", "127.0.0.1", to.port, "", 0, 5000, "KEYS", *keys)
+                time.sleep(pause)
+            # the target first: once the source lets go, the slot must have an owner
+            _cluster(dst, "SETSLOT", slot, "NODE", ids[to.port])
+            _cluster(src, "SETSLOT", slot, "NODE", ids[to.port])
+        for node, primary in self._ids().values():
+            if primary and node.port not in (source.port, to.port):
+                with self._client(node) as other:
+                    _cluster(other, "SETSLOT", slot, "NODE", ids[to.port])
+
+    def failover(self, primary: int, timeout: float = 10.0) -> None:
+        """Promote the first replica of ``primaries[primary]`` with CLUSTER FAILOVER (the
+        graceful, manual kind: no acknowledged write is lost) and swap the two in
+        ``primaries`` and ``replicas_of``, once every node agrees."""
+        old, new = self.primaries[primary], self.replicas_of[primary][0]
+        with self._client(new) as client:
+            _cluster(client, "FAILOVER")
+        deadline = time.monotonic() + timeout
+        while not (self._all_see_primary(new) and self._follows(old, new)):
+            self._check_time(deadline, timeout, f"fail {old.url} over to {new.url}")
+        self.primaries[primary] = new
+        self.replicas_of[primary] = [old, *self.replicas_of[primary][1:]]
+
+    def _all_see_primary(self, new: EmbeddedRedis) -> bool:
+        for node in self.nodes:
+            with self._client(node) as client:
+                for line in _text(_cluster(client, "NODES")).splitlines():
+                    address, flags = line.split()[1:3]
+                    port = int(address.split("@")[0].rsplit(":", 1)[1])
+                    if port == new.port and "master" not in flags.split(","):
+                        return False
+        return True
+
+    def _follows(self, old: EmbeddedRedis, new: EmbeddedRedis) -> bool:
+        """Whether ``old`` replicates ``new``, its link up (WAIT on ``new`` can count it)."""
+        with self._client(old) as client:
+            info = client.info("replication")
+        return bool(
+            info.get("role") == "slave"
+            and info.get("master_port") == new.port
+            and info.get("master_link_status") == "up"
+        )
+
     @staticmethod
     def _check_time(deadline: float, timeout: float, what: str) -> None:
         if time.monotonic() > deadline:

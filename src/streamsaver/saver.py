@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import time
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TextIO
@@ -19,8 +20,15 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from redis.cluster import RedisCluster
+from redis.exceptions import (
+    AskError,
+    ClusterError,
+    MovedError,
+    NoScriptError,
+    ResponseError,
+    TryAgainError,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from . import audit
@@ -30,13 +38,16 @@ from ._base import (
     DEFAULT_PREFIX,
     StreamSaverBase,
     check_client,
+    key_of,
     page_limit,
     pipelined,
+    what,
 )
 from ._chain import ChainCheck
 from ._durability import DurabilityMode
 from ._errors import InvalidInputError, translate, unavailable
 from ._history import delta_channel_history
+from ._moves import DEFAULT_SLOT_MOVE_TIMEOUT_S, Moves, is_demoted, is_moving, scan_plan
 from ._ops import Call, Each, Eval, Flow, Op, Replay, ScanLogs, T, drive, iterate
 from ._projection import Applied
 from ._scripts import SOURCES
@@ -83,6 +94,7 @@ class RedisStreamSaver(StreamSaverBase):
         keep_last: int | None = None,
         chain: bool = True,
         allow_eviction: bool = False,
+        slot_move_timeout_s: float = DEFAULT_SLOT_MOVE_TIMEOUT_S,
     ) -> None:
         if not isinstance(client, (redis.Redis, RedisCluster)):
             raise InvalidInputError(
@@ -103,6 +115,7 @@ class RedisStreamSaver(StreamSaverBase):
             keep_last=keep_last,
             chain=chain,
             allow_eviction=allow_eviction,
+            slot_move_timeout_s=slot_move_timeout_s,
         )
         self.client = client
         self._scripts = {name: client.register_script(src) for name, src in SOURCES.items()}
@@ -169,67 +182,142 @@ class RedisStreamSaver(StreamSaverBase):
         self.server_version = drive(self._ops.setup(), self._execute)
 
     def _execute(self, op: Op) -> Any:
-        try:
-            if isinstance(op, Each):
-                return self._execute_each(op)
-            wait = None if isinstance(op, ScanLogs) or not op.write else self.durability.command()
-            if wait is not None:
-                return self._execute_durably(op, wait)  # type: ignore[arg-type]
-            if isinstance(op, Eval):
-                return self._scripts[op.script](keys=list(op.keys), args=list(op.args))
-            if isinstance(op, Call):
-                return self.client.execute_command(*op.args)  # type: ignore[no-untyped-call]
-            return list(self.client.scan_iter(match=op.pattern, count=1000, _type="STREAM"))
-        except ResponseError as exc:
-            raise translate(exc) from exc
-        except (RedisConnectionError, RedisTimeoutError) as exc:
-            raise unavailable(exc) from exc
+        moves = Moves(self.slot_move_timeout_s, what(op))
+        while True:
+            try:
+                if isinstance(op, Each):
+                    return self._execute_each(op, moves)
+                write = not isinstance(op, ScanLogs) and op.write
+                wait = self.durability.command() if write else None
+                if wait is not None:
+                    return self._execute_durably(op, wait, moves)  # type: ignore[arg-type]
+                if isinstance(op, Eval):
+                    return self._scripts[op.script](keys=list(op.keys), args=list(op.args))
+                if isinstance(op, Call):
+                    return self.client.execute_command(*op.args)  # type: ignore[no-untyped-call]
+                return self._scan_logs(op, moves)
+            except (ResponseError, ClusterError) as exc:
+                if isinstance(exc, ResponseError) and not is_moving(exc):
+                    raise translate(exc) from exc
+                if not is_moving(exc):
+                    raise
+                time.sleep(moves.wait(exc, key_of(op)))
+            except (RedisConnectionError, RedisTimeoutError) as exc:
+                raise unavailable(exc) from exc
 
-    def _execute_each(self, op: Each) -> builtins.list[Any]:
-        if not op.ops:
-            return []
-        pipe = self.client.pipeline(transaction=False)
-        for one in op.ops:
-            pipe.execute_command(*pipelined(self._scripts, one))
-        replies: builtins.list[Any] = pipe.execute(raise_on_error=False)
-        for i, (one, reply) in enumerate(zip(op.ops, replies, strict=True)):
-            if isinstance(one, Eval) and isinstance(reply, NoScriptError):
-                # the server restarted or failed over: the Script loads itself and retries
-                try:
-                    replies[i] = self._scripts[one.script](keys=list(one.keys), args=list(one.args))
-                except ResponseError as exc:
-                    replies[i] = translate(exc)
-            elif isinstance(reply, ResponseError):
-                replies[i] = translate(reply)
-        return replies
+    def _scan_logs(self, op: ScanLogs, moves: Moves) -> builtins.list[Any]:
+        # redis-py leaves these untyped; Any keeps mypy from flagging every call
+        client: Any = self.client
+        if not isinstance(self.client, RedisCluster):
+            return list(client.scan_iter(match=op.pattern, count=1000, _type="STREAM"))
+        # node by node, in the order scan_plan gives, again if the layout changed meanwhile
+        found: set[Any] = set()
+        while True:
+            order, layout = scan_plan(self._views())
+            for name in order:
+                node = client.get_node(node_name=name)
+                if node is None:  # a node the client has not heard of yet
+                    client.nodes_manager.initialize()
+                    node = client.get_node(node_name=name)
+                cursor = None
+                while cursor != 0:
+                    cursors, keys = client.scan(
+                        cursor or 0, match=op.pattern, count=1000, _type="STREAM", target_nodes=node
+                    )
+                    found.update(keys)
+                    cursor = next(iter(cursors.values()))
+            if scan_plan(self._views())[1] == layout:
+                return builtins.list(found)
+            client.nodes_manager.initialize()
+            moved = TryAgainError(f"the cluster layout changed during a SCAN for {op.pattern!r}")
+            time.sleep(moves.wait(moved))
 
-    def _execute_durably(self, op: Eval | Call, wait: tuple[str | int, ...]) -> Any:
+    def _views(self) -> dict[str, Any]:
+        """Each primary's CLUSTER NODES (scan_plan)."""
+        client: Any = self.client
+        return {
+            node.name: client.execute_command("CLUSTER NODES", target_nodes=node)
+            for node in client.get_primaries()
+        }
+
+    def _execute_each(self, op: Each, moves: Moves) -> builtins.list[Any]:
+        replies: builtins.list[Any] = [None] * len(op.ops)
+        todo = list(range(len(op.ops)))
+        while todo:
+            pipe = self.client.pipeline(transaction=False)
+            for i in todo:
+                pipe.execute_command(*pipelined(self._scripts, op.ops[i]))
+            for i, reply in zip(todo, pipe.execute(raise_on_error=False), strict=True):
+                one = op.ops[i]
+                if isinstance(one, Eval) and isinstance(reply, NoScriptError):
+                    # the server restarted or failed over: the Script loads itself and retries
+                    try:
+                        reply = self._scripts[one.script](keys=list(one.keys), args=list(one.args))
+                    except (ResponseError, ClusterError) as exc:
+                        reply = exc
+                replies[i] = reply
+            # a slot in motion: those ops did not run; the others are not sent again
+            moving = [i for i in todo if is_moving(replies[i])]
+            if moving:
+                time.sleep(moves.wait(replies[moving[0]], key_of(op.ops[moving[0]])))
+            todo = moving
+        return [translate(r) if isinstance(r, ResponseError) else r for r in replies]
+
+    def _execute_durably(self, op: Eval | Call, wait: tuple[str | int, ...], moves: Moves) -> Any:
         # WAIT/WAITAOF count the writes of their own connection, so the write and the wait go
-        # down one connection (the key's node, on a cluster), pipelined: one round trip
-        key = op.keys[0] if isinstance(op, Eval) else op.args[1]
+        # down one connection (the key's node, on a cluster), pipelined: one round trip. That
+        # connection is ours, not redis-py's routing: a redirection is followed here (the
+        # write did not run, so the WAIT's count is meaningless) and both go where the slot is.
+        key: Any = op.keys[0] if isinstance(op, Eval) else op.args[1]
         # redis-py leaves these untyped; Any keeps mypy from flagging every call
         client: Any = self.client
         cluster = isinstance(self.client, RedisCluster)
-        node: Any = (
-            client.get_redis_connection(client.get_node_from_key(key)) if cluster else client
-        )
-        for _ in range(2):
+        asked: Any = None  # the importing node an ASK named
+        loads = 0
+        while True:
+            if cluster:
+                target = asked or client.get_node_from_key(key)
+                node: Any = client.get_redis_connection(target)
+            else:
+                node = client
             pipe = node.pipeline(transaction=False)
+            if asked is not None:
+                pipe.execute_command("ASKING")
             if isinstance(op, Eval):
                 script = self._scripts[op.script]
                 pipe.execute_command("EVALSHA", script.sha, len(op.keys), *op.keys, *op.args)
             else:
                 pipe.execute_command(*op.args)
             pipe.execute_command(*wait)
-            reply, ack = pipe.execute(raise_on_error=False)
-            if isinstance(reply, NoScriptError) and isinstance(op, Eval):
+            reply, ack = pipe.execute(raise_on_error=False)[-2:]
+            asked = None
+            if isinstance(reply, NoScriptError) and isinstance(op, Eval) and loads < 2:
+                loads += 1
                 node.script_load(script.script)  # the server restarted or failed over
+                continue
+            if cluster and isinstance(reply, MovedError):
+                time.sleep(moves.wait(reply, key))
+                client.nodes_manager.move_slot(reply)
+                continue
+            if cluster and isinstance(reply, AskError):
+                time.sleep(moves.wait(reply, key))
+                asked = client.get_node(host=reply.host, port=reply.port)
+                if asked is None:  # a node the client has not heard of yet
+                    client.nodes_manager.initialize()
+                continue
+            if cluster and not isinstance(reply, Exception) and is_demoted(ack):
+                # the node turned replica while WAIT waited (a failover): the write may be on
+                # the promoted replica, but nothing acknowledged it; sent again where the slot
+                # is now, it is (writes are idempotent)
+                time.sleep(moves.wait(ack, key))
+                client.nodes_manager.initialize()
                 continue
             if isinstance(reply, Exception):
                 raise reply
+            if isinstance(ack, Exception):
+                raise ack
             self.durability.check_ack(ack)
             return reply
-        raise reply
 
     def _run(self, flow: Flow[T]) -> T:
         if self.server_version is None:

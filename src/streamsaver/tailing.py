@@ -37,11 +37,12 @@ from uuid import uuid4
 
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
+from redis.exceptions import AskError, MovedError, NoScriptError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ._errors import unavailable
+from ._errors import SlotMovingError, unavailable
+from ._moves import Moves, is_demoted, is_moving
 from ._tail import (
     Batch,
     Block,
@@ -99,6 +100,26 @@ def _unloaded(calls: Sequence[Command | ScriptCall], replies: Sequence[Any]) -> 
     ]
 
 
+def _key(call: Command | ScriptCall) -> str | None:
+    """The key a call's slot is found by, for an error message to name."""
+    if isinstance(call, ScriptCall):
+        return call.keys[0] if call.keys else None
+    return call[1] if len(call) > 1 and isinstance(call[1], str) else None
+
+
+def _moving(replies: Sequence[Any], todo: Sequence[int]) -> list[int]:
+    return [i for i in todo if is_moving(replies[i])]
+
+
+def _unblocked(args: Command) -> Command:
+    """A blocking read's command without its ``BLOCK <ms>``."""
+    at = args.index("BLOCK")
+    return (*args[:at], *args[at + 2 :])
+
+
+_ASKED_NAP_S = 0.05  # between reads of a slot half moved, which cannot block
+
+
 def default_consumer_name() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{uuid4().hex[:8]}"
 
@@ -119,6 +140,7 @@ class _SyncIO:
     def __init__(self, saver: RedisStreamSaver) -> None:
         self.client: Any = saver.client
         self.cluster = isinstance(saver.client, RedisCluster)
+        self.move_timeout_s = saver.slot_move_timeout_s
         self.scripts = {
             name: saver.client.register_script(script_source(name))
             for name in ("group_claim", "group_leave")
@@ -137,21 +159,35 @@ class _SyncIO:
         return None
 
     def batch(self, op: Batch) -> list[Any]:
-        if not op.calls:
-            return []
-        try:
-            replies: list[Any] = _fill(self.client, op.calls, self.scripts).execute(
-                raise_on_error=False
-            )
-            missing = _unloaded(op.calls, replies)
-            if missing:
-                for name in {op.calls[i].name for i in missing}:  # type: ignore[union-attr]
-                    self.client.script_load(self.scripts[name].script)
-                again = _fill(self.client, [op.calls[i] for i in missing], self.scripts)
-                for i, reply in zip(missing, again.execute(raise_on_error=False), strict=True):
-                    replies[i] = reply
-        except _NETWORK as exc:
-            raise unavailable(exc) from exc
+        replies: list[Any] = [None] * len(op.calls)
+        todo = list(range(len(op.calls)))
+        moves = Moves(self.move_timeout_s, "a tail's pipelined read")
+        while todo:
+            calls = [op.calls[i] for i in todo]
+            try:
+                got: list[Any] = _fill(self.client, calls, self.scripts).execute(
+                    raise_on_error=False
+                )
+                missing = _unloaded(calls, got)
+                if missing:
+                    for name in {calls[i].name for i in missing}:  # type: ignore[union-attr]
+                        self.client.script_load(self.scripts[name].script)
+                    again = _fill(self.client, [calls[i] for i in missing], self.scripts)
+                    for i, reply in zip(missing, again.execute(raise_on_error=False), strict=True):
+                        got[i] = reply
+            except _NETWORK as exc:
+                raise unavailable(exc) from exc
+            for i, reply in zip(todo, got, strict=True):
+                replies[i] = reply
+            # a slot in motion: those calls did not run; sent again, alone, after a pause
+            todo = _moving(replies, todo)
+            if todo:
+                try:
+                    self.stopped.wait(moves.wait(replies[todo[0]], _key(op.calls[todo[0]])))
+                except SlotMovingError as exc:
+                    for i in todo:
+                        replies[i] = exc
+                    break
         return replies
 
     def _connection(self, key: str | None) -> _Dedicated:
@@ -202,7 +238,41 @@ class _SyncIO:
                 with self.lock:
                     self.blocked = None
 
-        return None if self.stopped.is_set() else self._on_own(op.key, read)
+        moves = Moves(self.move_timeout_s, "a tail's blocking read")
+        while not self.stopped.is_set():
+            reply = self._on_own(op.key, read)
+            if self.cluster and is_demoted(reply):
+                # the slot is served by the promoted replica now: learn the layout, read there
+                self.stopped.wait(moves.wait(reply, op.key))
+                self.client.nodes_manager.initialize()
+                continue
+            if not (self.cluster and isinstance(reply, AskError)):  # MovedError is one
+                return reply
+            pause = moves.wait(reply, op.key)
+            if isinstance(reply, MovedError):
+                self.client.nodes_manager.move_slot(reply)
+                self.stopped.wait(pause)
+                continue
+            return self._asked(reply, op)
+        return None
+
+    def _asked(self, ask: AskError, op: Block) -> Any:
+        """The read sent where ``ask`` says its key went, mid-migration: once, without
+        blocking (ASKING allows one command), and after a nap if it found nothing."""
+        node = self.client.get_node(host=ask.host, port=ask.port)
+        if node is None:  # a node the client has not heard of yet
+            self.client.nodes_manager.initialize()
+            return None
+        pipe = self.client.get_redis_connection(node).pipeline(transaction=False)
+        pipe.execute_command("ASKING")
+        pipe.execute_command(*_unblocked(op.args))
+        try:
+            reply = pipe.execute(raise_on_error=False)[-1]
+        except _NETWORK as exc:
+            raise unavailable(exc) from exc
+        if not reply:
+            self.stopped.wait(min(op.block_ms / 1000, _ASKED_NAP_S))
+        return reply
 
     def own_batch(self, op: Batch) -> list[Any]:
         """Reads pipelined down the tail's own connection (the iterating thread's only)."""
@@ -495,6 +565,7 @@ class _AsyncIO:
     def __init__(self, saver: AsyncRedisStreamSaver) -> None:
         self.client: Any = saver.client
         self.cluster = isinstance(saver.client, AsyncRedisCluster)
+        self.move_timeout_s = saver.slot_move_timeout_s
         self.scripts = {
             name: saver.client.register_script(script_source(name))
             for name in ("group_claim", "group_leave")
@@ -510,36 +581,55 @@ class _AsyncIO:
         elif isinstance(op, Block):
             reply = await self.block(op)
         else:
-            deadline = time.monotonic() + op.ms / 1000
-            # short naps, so a stop() from another thread is seen; cancellation ends it at once
-            while not self.stopped.is_set() and time.monotonic() < deadline:
-                await asyncio.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+            await self._nap(op.ms / 1000)
             reply = None
         _raise_swallowed_cancel()
         return reply
 
     async def batch(self, op: Batch) -> list[Any]:
-        if not op.calls:
-            return []
-        try:
-            replies: list[Any] = await _fill(self.client, op.calls, self.scripts).execute(
-                raise_on_error=False
-            )
-            missing = _unloaded(op.calls, replies)
-            if missing:
-                for name in {op.calls[i].name for i in missing}:  # type: ignore[union-attr]
-                    await self.client.script_load(self.scripts[name].script)
-                again = _fill(self.client, [op.calls[i] for i in missing], self.scripts)
-                retried = await again.execute(raise_on_error=False)
-                for i, reply in zip(missing, retried, strict=True):
-                    replies[i] = reply
-        except _NETWORK as exc:
-            raise unavailable(exc) from exc
+        replies: list[Any] = [None] * len(op.calls)
+        todo = list(range(len(op.calls)))
+        moves = Moves(self.move_timeout_s, "a tail's pipelined read")
+        while todo:
+            calls = [op.calls[i] for i in todo]
+            try:
+                got: list[Any] = await _fill(self.client, calls, self.scripts).execute(
+                    raise_on_error=False
+                )
+                missing = _unloaded(calls, got)
+                if missing:
+                    for name in {calls[i].name for i in missing}:  # type: ignore[union-attr]
+                        await self.client.script_load(self.scripts[name].script)
+                    again = _fill(self.client, [calls[i] for i in missing], self.scripts)
+                    retried = await again.execute(raise_on_error=False)
+                    for i, reply in zip(missing, retried, strict=True):
+                        got[i] = reply
+            except _NETWORK as exc:
+                raise unavailable(exc) from exc
+            for i, reply in zip(todo, got, strict=True):
+                replies[i] = reply
+            # a slot in motion: those calls did not run; sent again, alone, after a pause
+            todo = _moving(replies, todo)
+            if todo:
+                try:
+                    await self._nap(moves.wait(replies[todo[0]], _key(op.calls[todo[0]])))
+                except SlotMovingError as exc:
+                    for i in todo:
+                        replies[i] = exc
+                    break
         return replies
+
+    async def _nap(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        # short naps, so a stop() from another thread is seen; cancellation ends it at once
+        while not self.stopped.is_set() and time.monotonic() < deadline:
+            await asyncio.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
 
     async def _connection(self, key: str | None) -> _Dedicated:
         if self.cluster:
             assert key is not None, "a blocking read on a cluster names its key"
+            # a tail may be a fresh client's first use: the slot map is learned on first call
+            await self.client.initialize()
             node = self.client.get_node_from_key(key)
             cls, kwargs, name = node.connection_class, node.connection_kwargs, node.name
         else:
@@ -587,7 +677,39 @@ class _AsyncIO:
             finally:
                 self.blocked = None
 
-        return None if self.stopped.is_set() else await self._on_own(op.key, read)
+        moves = Moves(self.move_timeout_s, "a tail's blocking read")
+        while not self.stopped.is_set():
+            reply = await self._on_own(op.key, read)
+            if self.cluster and is_demoted(reply):
+                await self._nap(moves.wait(reply, op.key))
+                await self.client.nodes_manager.initialize()
+                continue
+            if not (self.cluster and isinstance(reply, AskError)):  # MovedError is one
+                return reply
+            pause = moves.wait(reply, op.key)
+            if isinstance(reply, MovedError):
+                await self.client.nodes_manager.move_slot(reply)
+                await self._nap(pause)
+                continue
+            return await self._asked(reply, op)
+        return None
+
+    async def _asked(self, ask: AskError, op: Block) -> Any:
+        """As ``_SyncIO._asked``."""
+        node = self.client.get_node(ask.host, ask.port)
+        if node is None:
+            await self.client.nodes_manager.initialize()
+            return None
+        pipe = self.client.pipeline()
+        pipe.execute_command("ASKING", target_nodes=node)
+        pipe.execute_command(*_unblocked(op.args), target_nodes=node)
+        try:
+            replies = await pipe.execute(raise_on_error=False, allow_redirections=False)
+        except _NETWORK as exc:
+            raise unavailable(exc) from exc
+        if not replies[-1]:
+            await self._nap(min(op.block_ms / 1000, _ASKED_NAP_S))
+        return replies[-1]
 
     async def own_batch(self, op: Batch) -> list[Any]:
         async def exchange(dedicated: _Dedicated) -> list[Any]:
