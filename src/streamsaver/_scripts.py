@@ -18,7 +18,7 @@ _ENTRIES: dict[str, tuple[str, ...]] = {
     "append": (*_WRITE, "append.lua"),
     "append_compacting": (*_COMPACT, "append.lua"),
     "get": (*_READ, "get.lua"),
-    "list": (*_READ, "list.lua"),
+    "list": (*_READ, "meta.lua", "list.lua"),
     "delete_runs": (*_COMPACT, "delete_runs.lua"),
     "delete_thread": ("common.lua", "delete_thread.lua"),
     "replay": (*_WRITE, "replay.lua"),
@@ -27,7 +27,7 @@ _ENTRIES: dict[str, tuple[str, ...]] = {
     "prune": (*_COMPACT, "prune.lua"),
     # the projector's (registry.lua)
     **{
-        name: ("common.lua", "registry.lua", f"{name}.lua")
+        name: ("common.lua", "meta.lua", "registry.lua", f"{name}.lua")
         for name in ("project", "seed", "sweep", "lag", "thread_row", "threads_page", "candidates")
     },
 }
