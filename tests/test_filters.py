@@ -5,10 +5,13 @@ scanning every log, and list(None) through the projector's metadata index."""
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterator
+from importlib.resources import files
 from typing import Any
 from uuid import uuid4
 
+import ormsgpack
 import pytest
 import redis
 from hypothesis import HealthCheck, given, settings
@@ -16,6 +19,7 @@ from hypothesis import strategies as st
 from langgraph.checkpoint.memory import InMemorySaver
 
 from streamsaver import InvalidInputError, RedisStreamSaver
+from streamsaver._codec import metadata_form
 from streamsaver._feed import slot_of
 from streamsaver._keys import thread_keys
 from streamsaver._projection import slot_keys
@@ -118,7 +122,11 @@ VALUES: list[Any] = [
 
 def test_each_pair_of_types_matches_as_in_memory_saver(sync_saver: RedisStreamSaver) -> None:
     memory = InMemorySaver()
-    rows = [(f"t{i}", {"v": v}) for i, v in enumerate(VALUES)] + [("absent", {})]
+    long_key = "k" * 40  # beyond msgpack's fixstr: read through its form
+    rows = [(f"t{i}", {"v": v}) for i, v in enumerate(VALUES)] + [
+        ("absent", {}),
+        ("long", {long_key: SNOWFLAKE, "v": None}),
+    ]
     _store([sync_saver, memory], rows)
     sync_saver.seed_projections()
     threads = [t for t, _ in rows]
@@ -126,6 +134,10 @@ def test_each_pair_of_types_matches_as_in_memory_saver(sync_saver: RedisStreamSa
         expected = _found(memory, None, {"v": value})
         for path, found in _every_path(sync_saver, threads, {"v": value}):
             assert found == expected, (path, value)
+    for f in ({long_key: SNOWFLAKE}, {long_key: SNOWFLAKE - 1}, {"v": None, long_key: None}):
+        expected = _found(memory, None, f)
+        for path, found in _every_path(sync_saver, threads, f):
+            assert found == expected, (path, f)
 
 
 def test_filters_on_a_slot_indexed_by_an_older_version_still_match_exactly(
@@ -272,3 +284,62 @@ def test_filters_match_what_in_memory_saver_matches(
         keys = list(redis_client.scan_iter(match=f"{saver.prefix}:*"))
         if keys:
             redis_client.delete(*keys)
+
+
+# --- the two definitions of a form: lua/meta.lua (stored bytes) and _codec.metadata_form ------
+
+_FORM_OF = (
+    "\n".join(
+        (files("streamsaver") / "lua" / name).read_text() for name in ("common.lua", "meta.lua")
+    )
+    + "\nreturn meta_form(ARGV[1], 1)"
+)
+
+
+def _lua_form(client: redis.Redis, packed: bytes) -> str:
+    form = client.eval(_FORM_OF, 0, packed)
+    assert isinstance(form, bytes)
+    return form.decode()
+
+
+@settings(
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(value=_values)
+def test_lua_reads_the_form_python_gives(redis_client: redis.Redis, value: Any) -> None:
+    assert _lua_form(redis_client, ormsgpack.packb(value)) == metadata_form(value)
+
+
+@pytest.mark.parametrize(
+    ("packed", "value"),
+    [
+        # encodings ormsgpack does not choose for these values, which other writers may
+        (b"\xca" + struct.pack(">f", 1.5), 1.5),
+        (b"\xca" + struct.pack(">f", 2.0), 2),
+        (b"\xcb" + struct.pack(">d", -0.0), 0),
+        (b"\xcf" + (5).to_bytes(8, "big"), 5),
+        (b"\xd3" + (-1).to_bytes(8, "big", signed=True), -1),
+        (b"\xd3" + (-(2**32)).to_bytes(8, "big", signed=True), -(2**32)),
+        (b"\xd2" + (-(2**31)).to_bytes(4, "big", signed=True), -(2**31)),
+        (b"\xd0\x05", 5),
+        (b"\xcd\x01\x00", 256),
+        (b"\xde\x00\x01\xa1a\xc3", {"a": True}),
+        (b"\xdc\x00\x02\x90\x80", [[], {}]),
+        (b"\xdb\x00\x00\x00\x01x", "x"),
+        (b"\x82\xa1b\x01\xa1a\x02", {"a": 2, "b": 1}),
+        (ormsgpack.packb(list(range(20))), list(range(20))),
+        (ormsgpack.packb({str(i): i for i in range(17)}), {str(i): i for i in range(17)}),
+        (ormsgpack.packb("é" * 300), "é" * 300),
+    ],
+)
+def test_lua_reads_any_msgpack_encoding_of_a_value(
+    redis_client: redis.Redis, packed: bytes, value: Any
+) -> None:
+    assert _lua_form(redis_client, packed) == metadata_form(value)
+
+
+def test_forms_tell_apart_what_cmsgpack_confuses() -> None:
+    forms = [metadata_form(v) for v in ([], {}, SNOWFLAKE, SNOWFLAKE - 1, "1", 1, None, [None])]
+    assert len(set(forms)) == len(forms)
+    assert metadata_form(1) == metadata_form(True) == metadata_form(1.0)
+    assert metadata_form({"a": 1, "b": 2}) == metadata_form({"b": 2, "a": 1})

@@ -11,6 +11,7 @@
 --   array 'l' n ':' forms   map 'm' n ':' (key form, value form) sorted by key form bytes
 -- Every form is prefix-free, so a sequence of forms reads back one way.
 
+local byte, sub, format = string.byte, string.sub, string.format
 local TWO32 = 4294967296
 local TWO64 = 18446744073709551616
 
@@ -20,9 +21,9 @@ local function int_form(negative, hi, lo)
   end
   local digits
   if hi > 0 then
-    digits = string.format('%x%08x', hi, lo)
+    digits = format('%x%08x', hi, lo)
   else
-    digits = string.format('%x', lo)
+    digits = format('%x', lo)
   end
   return (negative and 'i-' or 'i') .. digits .. ';'
 end
@@ -37,7 +38,7 @@ local function float_form(v)
     local hi = math.floor(m / TWO32)
     return int_form(v < 0, hi, m - hi * TWO32)
   end
-  return 'f' .. string.format('%.17g', v) .. ';'
+  return 'f' .. format('%.17g', v) .. ';'
 end
 
 local function meta_uint(s, pos, n)
@@ -46,7 +47,7 @@ local function meta_uint(s, pos, n)
   end
   local v = 0
   for i = pos, pos + n - 1 do
-    v = v * 256 + string.byte(s, i)
+    v = v * 256 + byte(s, i)
   end
   return v
 end
@@ -55,7 +56,7 @@ local function meta_bytes(s, pos, n)
   if pos + n - 1 > #s then
     error('metadata msgpack is truncated')
   end
-  return string.sub(s, pos, pos + n - 1), pos + n
+  return sub(s, pos, pos + n - 1), pos + n
 end
 
 -- signed big-endian integer of n <= 4 bytes
@@ -71,6 +72,9 @@ end
 local meta_form
 
 local function array_form(s, pos, n)
+  if n == 0 then
+    return 'l0:', pos
+  end
   local out = {'l' .. n .. ':'}
   for i = 1, n do
     out[i + 1], pos = meta_form(s, pos)
@@ -79,6 +83,9 @@ local function array_form(s, pos, n)
 end
 
 local function map_form(s, pos, n)
+  if n == 0 then
+    return 'm0:', pos
+  end
   local entries = {}
   for i = 1, n do
     local k, v
@@ -106,9 +113,18 @@ end
 
 -- The form of the msgpack value at byte `pos` of `s`, and the position after it.
 meta_form = function(s, pos)
-  local b = string.byte(s, pos)
+  local b = byte(s, pos)
+  -- the common kinds first (metadata is mostly short strings and small ints), without calls
   if b == nil then
     error('metadata msgpack is truncated')
+  elseif b >= 0xa0 and b <= 0xbf then
+    local stop = pos + b - 0xa0
+    if stop > #s then
+      error('metadata msgpack is truncated')
+    end
+    return 's' .. (b - 0xa0) .. ':' .. sub(s, pos + 1, stop), stop + 1
+  elseif b < 10 then
+    return 'i' .. b .. ';', pos + 1
   elseif b <= 0x7f then
     return int_form(false, 0, b), pos + 1
   elseif b >= 0xe0 then
@@ -117,8 +133,6 @@ meta_form = function(s, pos)
     return map_form(s, pos + 1, b - 0x80)
   elseif b <= 0x9f then
     return array_form(s, pos + 1, b - 0x90)
-  elseif b <= 0xbf then
-    return lp_form('s', s, pos + 1, b - 0xa0)
   elseif b == 0xc0 then
     return 'z', pos + 1
   elseif b == 0xc2 then
@@ -173,7 +187,7 @@ end
 -- A checkpoint's metadata (msgpack map) as {top-level key -> form of its value}; string keys
 -- only (filters have no others). Raises on bytes that are not a msgpack map.
 local function meta_fields(s)
-  local b = string.byte(s, 1) or 0
+  local b = byte(s, 1) or 0
   local n, pos
   if b >= 0x80 and b <= 0x8f then
     n, pos = b - 0x80, 2
@@ -186,10 +200,17 @@ local function meta_fields(s)
   local out = {}
   for _ = 1, n do
     local k, v
-    k, pos = meta_form(s, pos)
+    b = byte(s, pos)
+    if b and b >= 0xa0 and b <= 0xbf then
+      -- a short key, read as it is rather than through its form
+      k, pos = sub(s, pos + 1, pos + b - 0xa0), pos + 1 + b - 0xa0
+    else
+      k, pos = meta_form(s, pos)
+      k = sub(k, 1, 1) == 's' and (split_lp(sub(k, 2))) or nil
+    end
     v, pos = meta_form(s, pos)
-    if string.sub(k, 1, 1) == 's' then
-      out[(split_lp(string.sub(k, 2)))] = v
+    if k then
+      out[k] = v
     end
   end
   return out
