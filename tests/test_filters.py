@@ -109,6 +109,16 @@ def test_64_bit_ids_with_the_projector_running(
         stop_projector(proc)
 
 
+async def test_64_bit_ids_on_the_async_saver(async_saver: Any) -> None:
+    for n, user in enumerate((SNOWFLAKE, SNOWFLAKE - 1)):
+        await async_saver.aput(_config(str(user)), _checkpoint(n), {"user_id": user}, {})
+    for user in (SNOWFLAKE, SNOWFLAKE - 1):
+        for config in (None, _config(str(SNOWFLAKE - 1))):
+            found = [t async for t in async_saver.alist(config, filter={"user_id": user})]
+            want = [str(user)] if config is None or user == SNOWFLAKE - 1 else []
+            assert [t.config["configurable"]["thread_id"] for t in found] == want
+
+
 # Values whose pairs InMemorySaver tells apart or not by Python's ==: 0 == False == 0.0 ==
 # -0.0, 1 == True == 1.0, [] != {}, [1] == [True], key order does not count, nan never equals.
 VALUES: list[Any] = [

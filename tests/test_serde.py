@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import redis
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
-from streamsaver import AsyncRedisStreamSaver, RedisStreamSaver
+from streamsaver import AsyncRedisStreamSaver, InvalidInputError, RedisStreamSaver
 from streamsaver._keys import thread_keys
 
 SECRETS = (b"attack at dawn", b"retreat at dusk", b"the eagle lands")
@@ -130,3 +131,14 @@ def test_with_allowlist_clone_keeps_the_original_serde_apart(
     assert SECRETS[1] not in _raw_log(redis_client, prefix, "c")
     got = plain_clone.get_tuple(_config("c"))
     assert got is not None and got.checkpoint["channel_values"] == {"secret": SECRETS[1].decode()}
+
+
+@pytest.mark.parametrize("serde", [None, "aes", object()])
+def test_assigning_what_is_not_a_serializer_is_refused(
+    sync_saver: RedisStreamSaver, serde: Any
+) -> None:
+    with pytest.raises(InvalidInputError, match="serde="):
+        sync_saver.serde = serde
+    assert isinstance(sync_saver.serde, JsonPlusSerializer)
+    with pytest.raises(InvalidInputError, match="serde="):
+        RedisStreamSaver(sync_saver.client, prefix=sync_saver.prefix, serde=serde or object())

@@ -55,6 +55,16 @@ def _check_ttl(ttl_seconds: object) -> float | None:
     return float(ttl_seconds)
 
 
+def _check_serde(serde: object) -> None:
+    typed = all(callable(getattr(serde, m, None)) for m in ("dumps_typed", "loads_typed"))
+    untyped = all(callable(getattr(serde, m, None)) for m in ("dumps", "loads"))
+    if not (typed or untyped):
+        raise InvalidInputError(
+            f"serde={serde!r}: give a serializer with dumps_typed/loads_typed (LangGraph's "
+            f"SerializerProtocol), e.g. JsonPlusSerializer() or EncryptedSerializer(...)"
+        )
+
+
 class StreamSaverBase(BaseCheckpointSaver[str]):
     def __init__(
         self,
@@ -71,6 +81,8 @@ class StreamSaverBase(BaseCheckpointSaver[str]):
         keep_last: int | None = None,
         chain: bool = True,
     ) -> None:
+        if serde is not None:
+            _check_serde(serde)
         super().__init__(serde=serde)
         for name, value, low in (
             ("max_payload_bytes", max_payload_bytes, 1),
@@ -126,6 +138,7 @@ class StreamSaverBase(BaseCheckpointSaver[str]):
 
     @serde.setter
     def serde(self, value: SerializerProtocol) -> None:
+        _check_serde(value)
         serde = maybe_add_typed_methods(value)
         self._serde = serde
         ops: Operations | None = vars(self).get("_ops")
