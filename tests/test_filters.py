@@ -157,7 +157,8 @@ def test_filters_on_a_slot_indexed_by_an_older_version_still_match_exactly(
     sync_saver.seed_projections()
     # what a projector before exact filters left: a cursor, no format mark, and members that
     # name values otherwise (none of them is what today's forms look up)
-    for slot in {slot_of(thread_keys(sync_saver.prefix, t).log) for t in "ab"}:
+    slots = sorted({slot_of(thread_keys(sync_saver.prefix, t).log) for t in "ab"})
+    for slot in slots:
         keys = slot_keys(sync_saver.prefix, slot)
         assert redis_client.hdel(keys.state, "meta_form") == 1
         redis_client.delete(keys.meta)
@@ -166,7 +167,9 @@ def test_filters_on_a_slot_indexed_by_an_older_version_still_match_exactly(
         for t in sync_saver.list(None, filter={"user_id": SNOWFLAKE})
     ] == ["a"]
     assert not sync_saver.projector_lag().usable
-    sync_saver.seed_projections()
+    # what tells a running projector to seed them again
+    assert {sync_saver.project(slot).status for slot in slots} == {"behind"}
+    sync_saver.seed_projections(slots)
     assert sync_saver.projector_lag().usable
     assert [
         t.config["configurable"]["thread_id"]
