@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Collection
 from typing import Any
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
-from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.checkpoint.serde.base import SerializerProtocol, maybe_add_typed_methods
 
 from ._codec import Codec
 from ._delta import DeltaCache
@@ -57,6 +56,16 @@ def _check_ttl(ttl_seconds: object) -> float | None:
     return float(ttl_seconds)
 
 
+def _check_serde(serde: object) -> None:
+    typed = all(callable(getattr(serde, m, None)) for m in ("dumps_typed", "loads_typed"))
+    untyped = all(callable(getattr(serde, m, None)) for m in ("dumps", "loads"))
+    if not (typed or untyped):
+        raise InvalidInputError(
+            f"serde={serde!r}: give a serializer with dumps_typed/loads_typed (LangGraph's "
+            f"SerializerProtocol), e.g. JsonPlusSerializer() or EncryptedSerializer(...)"
+        )
+
+
 class StreamSaverBase(BaseCheckpointSaver[str]):
     def __init__(
         self,
@@ -75,6 +84,8 @@ class StreamSaverBase(BaseCheckpointSaver[str]):
         allow_eviction: bool = False,
         slot_move_timeout_s: float = DEFAULT_SLOT_MOVE_TIMEOUT_S,
     ) -> None:
+        if serde is not None:
+            _check_serde(serde)
         super().__init__(serde=serde)
         # how long a command keeps resending while its cluster slot migrates (_moves.py)
         self.slot_move_timeout_s = check_timeout(slot_move_timeout_s)
@@ -127,13 +138,36 @@ class StreamSaverBase(BaseCheckpointSaver[str]):
         ops.projections = self._projections
         return ops
 
-    def with_allowlist(self, extra_allowlist: Collection[tuple[str, ...]]) -> StreamSaverBase:
-        clone = super().with_allowlist(extra_allowlist)
-        if clone is not self:
-            # the clone has a new serde; its codec must use it
-            assert isinstance(clone, StreamSaverBase)
-            clone._ops = clone._operations()
-            clone._ops.feed_maxlen = self._ops.feed_maxlen
+    # A property, not BaseCheckpointSaver's plain attribute: a serde assigned after construction
+    # (`saver.serde = EncryptedSerializer(...)`) must reach every reader and writer of values,
+    # or plaintext is stored.
+    @property
+    def serde(self) -> SerializerProtocol:
+        # BaseCheckpointSaver.__init__ reads the class default before anything was assigned
+        serde: SerializerProtocol = vars(self).get("_serde", BaseCheckpointSaver.serde)
+        return serde
+
+    @serde.setter
+    def serde(self, value: SerializerProtocol) -> None:
+        _check_serde(value)
+        serde = maybe_add_typed_methods(value)
+        self._serde = serde
+        ops: Operations | None = vars(self).get("_ops")
+        if ops is None:
+            return  # still in __init__
+        # in place: tailers and consumer groups already opened hold this very codec
+        ops.codec.serde = serde
+        if ops.cache is not None:
+            # what the cache holds is the old serde's encoding of values
+            ops.cache = DeltaCache(self.delta_cache_bytes)
+
+    def __copy__(self) -> StreamSaverBase:
+        # a copy (with_allowlist's) gets a serde of its own: it must not share the codec the
+        # serde setter changes in place, nor the delta cache
+        clone = type(self).__new__(type(self))
+        vars(clone).update(vars(self))
+        clone._ops = clone._operations()
+        clone._ops.feed_maxlen = self._ops.feed_maxlen
         return clone
 
     @property

@@ -8,6 +8,7 @@ through the saver's serde as ``msgpack([type, bytes])``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -70,25 +71,98 @@ def parse_version(key: str) -> str | int | float:
     return text
 
 
-def _check_metadata(value: object, path: str) -> None:
+_INT_MIN, _INT_MAX = -(2**63), 2**64 - 1  # what msgpack holds
+_TWO64 = 2**64
+# a filter value no stored value equals (NaN; an int beyond 64 bits no float equals): no form
+# lua/meta.lua builds contains it
+_NEVER = "~"
+
+
+def _check_text(text: str, what: str, path: str) -> None:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        raise InvalidInputError(
+            f"{what} {text!r} at {path} holds a lone surrogate, which UTF-8 cannot store; "
+            f"remove it or replace it (text.encode('utf-8', 'replace').decode())"
+        ) from None
+
+
+def _check_metadata(value: object, path: str, *, stored: bool = True) -> None:
+    """``stored``: metadata to put, whose ints must fit in msgpack's 64 bits; a filter's may
+    be any size (metadata_form())."""
     # Metadata is stored as plain msgpack so list(filter=...) can compare it inside Redis.
+    if isinstance(value, str):
+        _check_text(value, "metadata string", path)
+        return
+    if isinstance(value, int) and not isinstance(value, bool):
+        if stored and not _INT_MIN <= value <= _INT_MAX:
+            raise InvalidInputError(
+                f"metadata value at {path} is the integer {value}, beyond the 64 bits msgpack "
+                f"stores ({_INT_MIN} to {_INT_MAX}); store it as a string"
+            )
+        return
     if isinstance(value, _JSON_SCALARS):
         return
     if isinstance(value, (list, tuple)):
         for i, item in enumerate(value):
-            _check_metadata(item, f"{path}[{i}]")
+            _check_metadata(item, f"{path}[{i}]", stored=stored)
         return
     if isinstance(value, Mapping):
         for k, item in value.items():
             if not isinstance(k, str):
                 raise InvalidInputError(f"metadata key {k!r} at {path} must be a string")
-            _check_metadata(item, f"{path}[{k!r}]")
+            _check_text(k, "metadata key", path)
+            _check_metadata(item, f"{path}[{k!r}]", stored=stored)
         return
     raise InvalidInputError(
         f"metadata value at {path} is a {type(value).__name__} ({value!r}); metadata holds "
         f"JSON-like values (str, int, float, bool, None, lists, dicts) so it can be filtered; "
         f"put other data in the graph state"
     )
+
+
+def _int_form(n: int) -> str:
+    return "i0;" if n == 0 else f"{'i-' if n < 0 else 'i'}{abs(n):x};"
+
+
+def _float_form(f: float) -> str:
+    if math.isnan(f):
+        return _NEVER
+    if f.is_integer() and -_TWO64 < f < _TWO64:
+        return _int_form(int(f))
+    return f"f{f:.17g};"
+
+
+def metadata_form(value: object) -> str:
+    """A checked (_check_metadata) metadata value as lua/meta.lua reads it from the stored
+    bytes: equal forms exactly when Python's == holds (1 == 1.0 == True, [] != {}, NaN equals
+    nothing), as InMemorySaver compares. Tuples are lists, as msgpack stores them."""
+    if value is None:
+        return "z"
+    if isinstance(value, bool):
+        return "i1;" if value else "i0;"
+    if isinstance(value, int):
+        if -_TWO64 < value < _TWO64:
+            return _int_form(value)
+        try:
+            f = float(value)
+        except OverflowError:
+            return _NEVER
+        return _float_form(f) if f == value else _NEVER
+    if isinstance(value, float):
+        return _float_form(value)
+    if isinstance(value, str):
+        return f"s{len(value.encode())}:{value}"
+    if isinstance(value, (list, tuple)):
+        return f"l{len(value)}:" + "".join(map(metadata_form, value))
+    if isinstance(value, Mapping):
+        entries = sorted(
+            ((metadata_form(k), metadata_form(v)) for k, v in value.items()),
+            key=lambda e: e[0].encode(),
+        )
+        return f"m{len(entries)}:" + "".join(k + v for k, v in entries)
+    raise InvalidInputError(f"metadata value {value!r} is not JSON-like")
 
 
 Held = Known | tuple[str, bytes]

@@ -27,7 +27,7 @@ from langgraph.checkpoint.base import (
 )
 
 from ._chain import CHAIN_FIELDS
-from ._codec import _SHARED, CheckpointEvent, Codec, Field, Held, _check_metadata
+from ._codec import _SHARED, CheckpointEvent, Codec, Field, Held, _check_metadata, metadata_form
 from ._config import _configurable, before_id, make_config, target_of, thread_id_str
 from ._delta import DeltaCache, Known, Written
 from ._durability import Durability
@@ -823,13 +823,16 @@ def _str_list(values: object, name: str) -> list[str]:
 
 
 def _filter_args(filter: object) -> tuple[bytes | str, bytes | str]:
-    """(metadata that must match, keys that must be absent or None) as script arguments."""
+    """(metadata that must equal, as [key, form, ...]; keys that must be absent or None) as
+    script arguments."""
     if not filter:
         return "", ""
     if not isinstance(filter, dict) or not all(isinstance(k, str) for k in filter):
         raise InvalidInputError(f"filter must be a dict of metadata key to value, got {filter!r}")
-    _check_metadata(filter, "filter")
-    match = {k: v for k, v in filter.items() if v is not None}
+    _check_metadata(filter, "filter", stored=False)
+    # values as their forms (lua/meta.lua): cmsgpack would turn them into Lua values, which
+    # lose integers beyond 2^53 and [] vs {}
+    match = [x for k, v in filter.items() if v is not None for x in (k, metadata_form(v))]
+    # None means absent or None (as in InMemorySaver), so those keys travel apart
     nulls = [k for k, v in filter.items() if v is None]
-    # cmsgpack drops nil map values, so None conditions travel as a separate key list
     return (ormsgpack.packb(match) if match else ""), (ormsgpack.packb(nulls) if nulls else "")

@@ -18,7 +18,7 @@ _ENTRIES: dict[str, tuple[str, ...]] = {
     "append": (*_WRITE, "append.lua"),
     "append_compacting": (*_COMPACT, "append.lua"),
     "get": (*_READ, "get.lua"),
-    "list": (*_READ, "list.lua"),
+    "list": (*_READ, "meta.lua", "list.lua"),
     "delta_history": (*_READ, "delta.lua", "delta_history.lua"),
     "delete_runs": (*_COMPACT, "delete_runs.lua"),
     "delete_thread": (*_WRITE, "delete_thread.lua"),
@@ -28,7 +28,7 @@ _ENTRIES: dict[str, tuple[str, ...]] = {
     "prune": (*_COMPACT, "prune.lua"),
     # the projector's (registry.lua)
     **{
-        name: ("common.lua", "registry.lua", f"{name}.lua")
+        name: ("common.lua", "meta.lua", "registry.lua", f"{name}.lua")
         for name in ("project", "seed", "sweep", "lag", "thread_row", "threads_page", "candidates")
     },
 }

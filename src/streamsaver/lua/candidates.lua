@@ -3,8 +3,9 @@
 -- caller reads each candidate exactly, so extra candidates cost time, never correctness.
 -- KEYS: feed state registry activity runs meta (registry.lua)
 -- ARGV: [1] 'runs': threads holding any of the runs ARGV[2..]
---           'meta': threads with, for every key of the msgpack map ARGV[2] ('' for none), a
---                   checkpoint whose metadata has that value; with no key, every thread
+--           'meta': threads with, for every key of ARGV[2], msgpack [key, form, ...] as list.lua
+--                   takes it ('' for none), a checkpoint whose metadata has that value (form, as
+--                   meta.lua's); with no key, every thread
 -- Returns {'fallback'} when the slot's projections cannot be used, else {'ok' or 'fresh', thread, ...}.
 local cursor = usable_cursor(KEYS[1], KEYS[2])
 if not cursor then
@@ -27,8 +28,8 @@ if ARGV[1] == 'runs' then
 else
   local match = ARGV[2] ~= '' and cmsgpack.unpack(ARGV[2]) or {}
   local first = true
-  for k, v in pairs(match) do
-    local these = members(KEYS[6], 'f' .. lp(k) .. lp(value_form(v)))
+  for i = 1, #match, 2 do
+    local these = members(KEYS[6], 'f' .. lp(match[i]) .. lp(indexed_form(match[i + 1])))
     if first then
       found, first = these, false
     else

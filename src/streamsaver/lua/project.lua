@@ -57,7 +57,8 @@ end
 if #batch > 0 then
   cursor = batch[#batch][1]
   local now = redis.call('TIME')
-  redis.call('HSET', state, 'cursor', cursor, 'at', now[1] * 1000 + math.floor(now[2] / 1000))
+  redis.call('HSET', state, 'cursor', cursor, 'at', now[1] * 1000 + math.floor(now[2] / 1000),
+             'meta_form', META_FORM)
   redis.call('HINCRBY', state, 'applied', #batch)
 end
 if group ~= '' then

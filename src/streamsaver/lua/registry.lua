@@ -1,13 +1,15 @@
 -- The projector's cross-thread projections, kept per Redis Cluster slot (streamsaver/_projection.py).
 -- Every projector script is one slot: its KEYS are that slot's
 --   KEYS[1] feed      the slot's feed (common.lua's notify())
---   KEYS[2] state     hash: cursor (the last feed entry applied), applied (a count), at (ms)
+--   KEYS[2] state     hash: cursor (the last feed entry applied), applied (a count), at (ms),
+--                     meta_form (META_FORM: how the meta members were built)
 --   KEYS[3] registry  hash: thread id -> msgpack {latest root checkpoint id or '', its step or
 --                     '', last activity ms, 1 if it waits on an interrupt else 0}
 --   KEYS[4] activity  sorted set: thread id scored by last activity ms
 --   KEYS[5] runs      sorted set (score 0): 'f' .. lp(run) .. thread  and  'r' .. lp(thread) .. lp(run)
 --   KEYS[6] meta      sorted set (score 0): 'f' .. lp(key) .. lp(value) .. thread  and
---                     'r' .. lp(thread) .. lp(key) .. lp(value), for top-level metadata
+--                     'r' .. lp(thread) .. lp(key) .. lp(value), for top-level metadata, each
+--                     value as meta.lua's indexed_form()
 -- and the scripts reach the logs of the threads the feed names, which share that slot.
 -- What a thread contributes is a function of its log and indexes only, so applying an entry
 -- twice changes nothing, and a rebuild (seed.lua) gives what incremental application gave.
@@ -40,8 +42,15 @@ end
 -- then scan). A slot never seeded starts at '0-0' when its feed was never trimmed (Redis 7
 -- reports max-deleted-entry-id); on 6.2, which does not, only a seed makes it usable, and a
 -- cursor older than the first entry means entries were trimmed unapplied.
+-- meta members built by an older version (cmsgpack's lossy values) name other values than
+-- meta.lua's forms: such a slot is not usable until seeded again, which marks it.
+local META_FORM = '2'
+
 local function usable_cursor(feed, state)
   local cursor = redis.call('HGET', state, 'cursor')
+  if cursor and redis.call('HGET', state, 'meta_form') ~= META_FORM then
+    return nil
+  end
   if redis.call('EXISTS', feed) == 0 then
     return cursor or '0-0'
   end
@@ -139,25 +148,6 @@ local function set_row(registry, activity, t, row)
   end
 end
 
--- How a metadata value is indexed: values deep-equal for list.lua share their form.
-local function value_form(v)
-  local kind = type(v)
-  if kind == 'string' then
-    return 's' .. v
-  elseif kind == 'number' then
-    -- -0 == 0 for list.lua, but not once printed; integers print exactly as they are
-    if v == 0 then
-      return 'n0'
-    elseif v == math.floor(v) and v > -1e15 and v < 1e15 then
-      return 'n' .. string.format('%d', v)
-    end
-    return 'n' .. string.format('%.17g', v)
-  elseif kind == 'boolean' then
-    return v and 'b1' or 'b0'
-  end
-  return '*'
-end
-
 -- What a checkpoint event adds to runs and meta, collected as sets ({[key] = {[member] = true}})
 -- and written once per batch by add_members().
 local function index_event(acc, keys, t, f)
@@ -165,8 +155,8 @@ local function index_event(acc, keys, t, f)
     return
   end
   -- no full check(): an event replay would skip only adds a candidate that reads find empty
-  local ok, decoded = pcall(cmsgpack.unpack, f.meta or '')
-  if not ok or type(decoded) ~= 'table' then
+  local ok, decoded = pcall(meta_fields, f.meta or '')
+  if not ok then
     return
   end
   local lt = lp(t)
@@ -176,12 +166,10 @@ local function index_event(acc, keys, t, f)
     runs['f' .. lp(f.run) .. t] = true
     runs['r' .. lt .. lp(f.run)] = true
   end
-  for k, v in pairs(decoded) do
-    if type(k) == 'string' then
-      local kv = lp(k) .. lp(value_form(v))
-      meta['f' .. kv .. t] = true
-      meta['r' .. lt .. kv] = true
-    end
+  for k, form in pairs(decoded) do
+    local kv = lp(k) .. lp(indexed_form(form))
+    meta['f' .. kv .. t] = true
+    meta['r' .. lt .. kv] = true
   end
 end
 

@@ -9,5 +9,6 @@ for i = 3, #ARGV do
   recompute(KEYS, ARGV[1], ARGV[i])
 end
 local now = redis.call('TIME')
-redis.call('HSET', KEYS[2], 'cursor', ARGV[2], 'at', now[1] * 1000 + math.floor(now[2] / 1000))
+redis.call('HSET', KEYS[2], 'cursor', ARGV[2], 'at', now[1] * 1000 + math.floor(now[2] / 1000),
+           'meta_form', META_FORM)
 return redis.call('HLEN', KEYS[3])
