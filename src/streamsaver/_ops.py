@@ -31,16 +31,14 @@ from ._config import _configurable, make_config, target_of, thread_id_str
 from ._delta import DeltaCache, Known, Written
 from ._durability import Durability
 from ._errors import InvalidConfigError, InvalidInputError, UnsupportedServerError
-from ._feed import DEFAULT_FEED_MAXLEN, audit_of_log, feed_of_log
+from ._feed import DEFAULT_FEED_MAXLEN, SLOTS, audit_of_log, feed_of_log, threads_key
 
 if TYPE_CHECKING:
     from ._projection import Projections
 from ._keys import (
     ThreadKeys,
-    log_pattern,
     lp,
     scratch_keys,
-    thread_id_of,
     thread_keys,
     tombstone_of,
 )
@@ -61,6 +59,7 @@ __all__ = [
     "drive",
     "iterate",
     "map_items",
+    "threads_by_slot",
 ]
 
 T = TypeVar("T")
@@ -620,8 +619,24 @@ class Operations:
         return (yield from self.threads())
 
     def threads(self) -> Flow[builtins.list[str]]:
-        keys = yield ScanLogs(log_pattern(self.prefix))
-        return sorted(thread_id_of(self.prefix, _text(k)) for k in keys)
+        by_slot = yield from threads_by_slot(self.prefix)
+        return sorted(t for ts in by_slot.values() for t in ts)
+
+
+def threads_by_slot(prefix: str) -> Flow[dict[int, builtins.list[str]]]:
+    """Every thread under ``prefix`` whose log exists, per slot, from the slots' thread
+    indexes: one pipelined script per slot, never SCAN, which needs a permission that shows
+    every tenant's key names (a tenant's ACL user has none)."""
+    replies = yield Each(
+        tuple(Eval("slot_threads", (threads_key(prefix, s),), (prefix,)) for s in range(SLOTS))
+    )
+    by_slot: dict[int, builtins.list[str]] = {}
+    for slot, reply in enumerate(replies):
+        if isinstance(reply, Exception):
+            raise reply
+        if reply:
+            by_slot[slot] = [_text(t) for t in reply]
+    return by_slot
 
 
 def _text(value: bytes | str) -> str:

@@ -28,7 +28,16 @@ _ENTRIES: dict[str, tuple[str, ...]] = {
     # the projector's (registry.lua)
     **{
         name: ("common.lua", "registry.lua", f"{name}.lua")
-        for name in ("project", "seed", "sweep", "lag", "thread_row", "threads_page", "candidates")
+        for name in (
+            "project",
+            "seed",
+            "sweep",
+            "lag",
+            "thread_row",
+            "threads_page",
+            "candidates",
+            "slot_threads",
+        )
     },
 }
 

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from ._base import DEFAULT_PREFIX
-from ._errors import StreamSaverError
+from ._errors import InvalidInputError, StreamSaverError
 from .events import SkippedEvent, ThreadInfo
 from .tailing import Tail, TailAll
 
@@ -68,16 +68,29 @@ def build_parser(
         cmd.add_argument("--json", action="store_true", help="one JSON object per line")
         cmd = sub.add_parser(
             "acl",
-            help="print the ACL SETUSER command for a least-privilege saver user",
-            description="Print an ACL SETUSER command that allows exactly the commands a saver "
-            "uses, on the keys of one prefix only. Replace <password> before running it.",
+            help="print the ACL SETUSER command for a least-privilege user of one prefix",
+            description="Print an ACL SETUSER command that allows exactly the commands a role "
+            "uses, on the keys of one prefix only (every key of a prefix starts with "
+            "'<prefix>:{', which no other prefix's keys do). No role may SCAN, KEYS, CLIENT "
+            "UNBLOCK/KILL, FLUSH*, CONFIG or DEBUG. Replace <password> before running it.",
+            epilog="roles: saver = a tenant's application (graphs, tail, consumer groups, "
+            "audit, rebuild, delete, prune, copy, listing); reader = read-only (tail, history, "
+            "audit verify, get/list/threads); projector = reads the prefix, writes only its "
+            "per-slot keys. The reader and projector roles need Redis 7.0+ (%%R~ patterns).",
         )
         cmd.add_argument("--prefix", default=DEFAULT_PREFIX, help="the saver's key prefix")
         cmd.add_argument("--user", default="streamsaver", help="the ACL user name")
         cmd.add_argument(
+            "--role", choices=("saver", "reader", "projector"), default="saver",
+            help="what the user may do (default: saver)",
+        )  # fmt: skip
+        cmd.add_argument(
             "--server-version",
             default="7.2",
-            help="the Redis version the rules are for; before 7.2 WAITAOF is left out",
+            metavar="X.Y",
+            help="the Redis version the rules are for (Valkey: the redis_version it reports, "
+            "7.2 for Valkey 8 and 9); WAITAOF only from 7.2, the reader and projector roles "
+            "from 7.0 (default: 7.2)",
         )
     cmd = sub.add_parser(
         "rebuild",
@@ -109,6 +122,23 @@ def build_parser(
     return parser
 
 
+def _version(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in text.split("."))
+    except ValueError:
+        raise InvalidInputError(
+            f"--server-version {text!r} is not a version: give it as X.Y, e.g. 7.0"
+        ) from None
+
+
+def _cli_word(word: str) -> str:
+    """``word`` as redis-cli reads it back: quoted when it holds a space or a quote, since a
+    prefix may hold any character but ``{``, ``}`` and newlines."""
+    if word and not any(c.isspace() or c in "\"'" for c in word):
+        return word
+    return '"' + word.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
 def main(argv: Sequence[str] | None = None, *, prog: str = "streamsaver", demo: bool = True) -> int:
     args = build_parser(prog, demo).parse_args(argv)
     try:
@@ -119,11 +149,9 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "streamsaver", demo: 
         if args.command == "acl":
             from .acl import acl_rules
 
-            print(
-                " ".join(
-                    ["ACL SETUSER", args.user, "on", ">" + "<password>", *acl_rules(args.prefix)]
-                )
-            )
+            rules = acl_rules(args.prefix, _version(args.server_version), args.role)
+            words = ["ACL", "SETUSER", args.user, "on", ">" + "<password>", *rules]
+            print(" ".join(map(_cli_word, words)))
             return 0
         if args.command == "tail":
             return _tail(args, prog)

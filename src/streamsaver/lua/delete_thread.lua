@@ -17,6 +17,7 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
              'last', last and last[1] or '', 'head', last and fields_of(last[2]).dg or '')
 end
 local n = redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
+redis.call('SREM', thread_index(KEYS[4]), ARGV[1])
 redis.call('DEL', KEYS[5])
 redis.call('XADD', KEYS[5], '*', 'k', 'deleted', 'sv', tostring(SCHEMA), 'thread', ARGV[1])
 local ttl = tonumber(ARGV[3]) or 0
