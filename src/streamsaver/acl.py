@@ -30,7 +30,7 @@ __all__ = ["PROJECTOR_COMMANDS", "READER_COMMANDS", "ROLES", "SAVER_COMMANDS", "
 # every role: server version and topology (redis-py's cluster client asks for the slots and
 # the command table), script loading, liveness
 _CONNECTION: tuple[str, ...] = (
-    "ping", "info", "time", "evalsha", "script|load", "command", "cluster|slots",
+    "ping", "info", "time", "evalsha", "evalsha_ro", "script|load", "command", "cluster|slots",
     "cluster|shards", "asking", "readonly",
 )  # fmt: skip
 
@@ -64,6 +64,7 @@ SAVER_COMMANDS: tuple[str, ...] = (
 ROLES = ("saver", "reader", "projector")
 _WAITAOF = (7, 2)
 _SELECTORS = (7, 0)  # %R~ key permissions
+_SPACES = " \t\n\v\f\r"  # what the server's isspace() refuses in a rule
 
 
 def acl_rules(
@@ -73,6 +74,13 @@ def acl_rules(
     Servers before 7.2 reject rules for commands they lack (WAITAOF), and only 7.0 and later
     know read-only key patterns (the reader and projector roles): give the server's version."""
     prefix = validate_prefix(prefix)
+    if any(c in prefix for c in _SPACES):
+        # the server refuses a rule holding whitespace (ACL files are split on it), and no
+        # glob spelling of a space matches only a space
+        raise InvalidInputError(
+            f"prefix={prefix!r} holds whitespace, which no ACL key pattern can express: "
+            f"give its saver a prefix without spaces, e.g. {prefix.split()[0] or 'app'!r}"
+        )
     if role not in ROLES:
         raise InvalidInputError(f"role={role!r} is unknown; use one of {', '.join(ROLES)}")
     if role != "saver" and tuple(server_version) < _SELECTORS:
@@ -93,6 +101,6 @@ def acl_rules(
     if tuple(server_version) < _WAITAOF:
         commands = tuple(c for c in commands if c != "waitaof")
     if tuple(server_version) < (7, 0):
-        # CLUSTER SHARDS is 7.0's
-        commands = tuple(c for c in commands if c != "cluster|shards")
+        # 7.0's: CLUSTER SHARDS, and EVALSHA_RO (what a read-only user runs scripts with)
+        commands = tuple(c for c in commands if c not in ("cluster|shards", "evalsha_ro"))
     return ["resetkeys", *patterns, "resetchannels", "-@all", *(f"+{c}" for c in commands)]

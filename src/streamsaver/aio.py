@@ -29,8 +29,10 @@ from ._base import (
     DEFAULT_PREFIX,
     StreamSaverBase,
     check_client,
+    needs_read_only,
     page_limit,
     pipelined,
+    script_command,
 )
 from ._chain import ChainCheck
 from ._durability import DurabilityMode
@@ -99,6 +101,8 @@ class AsyncRedisStreamSaver(StreamSaverBase):
         )
         self.client = client
         self._scripts = {name: client.register_script(src) for name, src in SOURCES.items()}
+        # set at the first NOPERM of a read-only script: the user may only read (_base.py)
+        self._read_only = False
         self._projections.cluster = isinstance(client, AsyncRedisCluster)
         self.server_version: tuple[int, ...] | None = None
         try:
@@ -166,7 +170,7 @@ class AsyncRedisStreamSaver(StreamSaverBase):
             if wait is not None:
                 return await self._execute_durably(op, wait)  # type: ignore[arg-type]
             if isinstance(op, Eval):
-                return await self._scripts[op.script](keys=list(op.keys), args=list(op.args))
+                return await self._eval(op)
             if isinstance(op, Call):
                 return await self.client.execute_command(*op.args)
             scan = self.client.scan_iter(match=op.pattern, count=1000, _type="STREAM")
@@ -176,18 +180,40 @@ class AsyncRedisStreamSaver(StreamSaverBase):
         except (RedisConnectionError, RedisTimeoutError) as exc:
             raise unavailable(exc) from exc
 
+    async def _eval(self, op: Eval) -> Any:
+        script = self._scripts[op.script]
+        if script_command(op, self._read_only) == "EVALSHA":
+            try:
+                return await script(keys=list(op.keys), args=list(op.args))
+            except ResponseError as exc:
+                if not needs_read_only(op, exc, self._read_only):
+                    raise
+                self._read_only = True
+        client: Any = self.client
+        for _ in range(2):
+            try:
+                return await client.evalsha_ro(script.sha, len(op.keys), *op.keys, *op.args)
+            except NoScriptError:  # the server restarted or failed over
+                await client.script_load(script.script)
+        return await client.evalsha_ro(script.sha, len(op.keys), *op.keys, *op.args)
+
     async def _execute_each(self, op: Each) -> builtins.list[Any]:
         if not op.ops:
             return []
         pipe = self.client.pipeline(transaction=False)
         for one in op.ops:
-            pipe.execute_command(*pipelined(self._scripts, one))
+            pipe.execute_command(*pipelined(self._scripts, one, self._read_only))
         replies: builtins.list[Any] = await pipe.execute(raise_on_error=False)
+        if any(
+            isinstance(one, Eval) and needs_read_only(one, reply, self._read_only)
+            for one, reply in zip(op.ops, replies, strict=True)
+        ):
+            self._read_only = True
+            return await self._execute_each(op)
         for i, (one, reply) in enumerate(zip(op.ops, replies, strict=True)):
             if isinstance(one, Eval) and isinstance(reply, NoScriptError):
                 try:
-                    script = self._scripts[one.script]
-                    replies[i] = await script(keys=list(one.keys), args=list(one.args))
+                    replies[i] = await self._eval(one)
                 except ResponseError as exc:
                     replies[i] = translate(exc)
             elif isinstance(reply, ResponseError):
