@@ -457,3 +457,35 @@ def test_keys_written_under_a_prefix_all_match_its_pattern(tmp_path: Path, redis
         for key in admin.scan_iter(match=prefix + "*", count=1000):
             admin.unlink(key)
         admin.close()
+
+
+def test_migrate_keys_moves_the_old_layout_under_the_prefix_pattern(
+    redis_client: redis.Redis, prefix: str, redis_url: str
+) -> None:
+    with RedisStreamSaver.from_conn_string(redis_url, prefix=prefix) as saver:
+        for t in ("a", "b", "c:{x}"):
+            _put(saver, t, "s")
+        saver.seed_projections()
+        saver.delete_thread("b")
+        # the layout before: per-slot keys named <prefix>:<kind>:{<slot tag>}, no thread index
+        for key in list(redis_client.scan_iter(match=f"{prefix}:*", count=1000)):
+            name = key.decode()
+            base, _, kind = name.rpartition(":")
+            if kind == "threads":
+                redis_client.delete(name)
+            elif kind in SLOT_KINDS:
+                tag = base[len(prefix) + 1 :]
+                redis_client.rename(name, f"{prefix}:{kind}:{tag}")
+        before = saver.deletions("b")
+        assert saver.thread_ids() == [] and before == []
+        done = saver.migrate_keys()
+        assert done.conflicts == [] and done.indexed == 2 and done.moved >= 5
+        assert saver.thread_ids() == ["a", "c:{x}"]
+        assert [d.thread_id for d in saver.deletions("b")] == ["b"]
+        assert {i.thread_id for i in saver.threads()} == {"a", "c:{x}"}
+        assert saver.migrate_keys() == (0, [], 0)
+        start = key_pattern(prefix)[:-1]
+        assert all(
+            k.decode().startswith(start)
+            for k in redis_client.scan_iter(match=f"{prefix}:*", count=1000)
+        )

@@ -526,7 +526,7 @@ class AsyncRedisStreamSaver(StreamSaverBase):
         and ``await group.ack(delivery)`` each one handled. An event not acknowledged within
         ``min_idle_ms`` (a crashed or stuck member) is delivered again, to whichever member
         claims it (every ``claim_ms``, default ``min_idle_ms / 2``); one delivered
-        ``max_deliveries`` times is parked in ``<prefix>:parked:{<slot>}`` instead. Members
+        ``max_deliveries`` times is parked in ``<prefix>:{<slot>}:parked`` instead. Members
         idle ``reap_idle_ms`` with nothing pending are deleted; ``aclose()`` deletes this one
         unless entries are still pending for it. ``start`` (``"$"``, ``"0"`` or an id) is
         where a group created now begins on the feeds that exist."""

@@ -76,7 +76,7 @@ def build_parser(
             epilog="roles: saver = a tenant's application (graphs, tail, consumer groups, "
             "audit, rebuild, delete, prune, copy, listing); reader = read-only (tail, history, "
             "audit verify, get/list/threads); projector = reads the prefix, writes only its "
-            "per-slot keys. The reader and projector roles need Redis 7.0+ (%%R~ patterns).",
+            "per-slot keys. The reader and projector roles need Redis 7.0+ (%R~ patterns).",
         )
         cmd.add_argument("--prefix", default=DEFAULT_PREFIX, help="the saver's key prefix")
         cmd.add_argument("--user", default="streamsaver", help="the ACL user name")
@@ -92,6 +92,15 @@ def build_parser(
             "7.2 for Valkey 8 and 9); WAITAOF only from 7.2, the reader and projector roles "
             "from 7.0 (default: 7.2)",
         )
+    cmd = sub.add_parser(
+        "migrate-keys",
+        help="move a prefix's keys from the layout before tenant-tight ACL patterns",
+        description="Rename the per-slot keys of the old layout (<prefix>:<kind>:{<slot tag>}) "
+        "to <prefix>:{<slot tag>}:<kind> and add every existing thread to its slot's thread "
+        "index. Run once per prefix, as an admin (needs SCAN, RENAMENX), with the prefix's "
+        "writers stopped; running it again changes nothing. See docs/keyspace.md.",
+    )
+    common_options(cmd)
     cmd = sub.add_parser(
         "rebuild",
         help="rebuild thread indexes by replaying their event logs",
@@ -173,6 +182,12 @@ def _maintain(args: argparse.Namespace, prog: str) -> int:
         print(f"{prog}: no Redis to talk to: pass --url or set $REDIS_URL", file=sys.stderr)
         return 2
     with RedisStreamSaver.from_conn_string(args.url, prefix=args.prefix) as saver:
+        if args.command == "migrate-keys":
+            done = saver.migrate_keys()
+            for old in done.conflicts:
+                print(f"left {old}: its new name is taken (a writer ran before the migration)")
+            print(f"moved {done.moved} keys; indexed {done.indexed} threads")
+            return 1 if done.conflicts else 0
         if args.command == "threads":
             for info in saver.threads(limit=args.limit):
                 print(info.model_dump_json() if args.json else _thread_line(info))

@@ -37,6 +37,7 @@ from ._base import (
 from ._chain import ChainCheck
 from ._durability import DurabilityMode
 from ._errors import InvalidInputError, translate, unavailable
+from ._migrate import Migrated, migrate_keys
 from ._ops import Call, Each, Eval, Flow, Op, Replay, ScanLogs, T, drive, iterate
 from ._projection import Applied
 from ._scripts import SOURCES
@@ -308,6 +309,11 @@ class RedisStreamSaver(StreamSaverBase):
         atomic script: (applied, skipped, differences); no differences means consistent."""
         return self._run(self._ops.verify(thread_id))
 
+    def migrate_keys(self) -> Migrated:
+        """Move this prefix's keys from the layout before 0.x (docs/keyspace.md). An admin's
+        one-shot job, with the prefix's writers stopped: it needs SCAN and RENAME."""
+        return self._run(migrate_keys(self.prefix))
+
     def thread_ids(self) -> builtins.list[str]:
         """Every thread id under this prefix, sorted (SCAN on every primary; not for hot
         paths)."""
@@ -509,7 +515,7 @@ class RedisStreamSaver(StreamSaverBase):
         and ``group.ack(delivery)`` each one handled. An event not acknowledged within
         ``min_idle_ms`` (a crashed or stuck member) is delivered again, to whichever member
         claims it (every ``claim_ms``, default ``min_idle_ms / 2``); one delivered
-        ``max_deliveries`` times is parked in ``<prefix>:parked:{<slot>}`` instead. Members
+        ``max_deliveries`` times is parked in ``<prefix>:{<slot>}:parked`` instead. Members
         idle ``reap_idle_ms`` with nothing pending are deleted; ``close()`` deletes this one
         unless entries are still pending for it. ``start`` (``"$"``, ``"0"`` or an id) is
         where a group created now begins on the feeds that exist."""
