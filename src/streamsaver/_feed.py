@@ -45,8 +45,9 @@ __all__ = [
 ]
 
 SLOTS = 16384
-# the suffixes of per-slot keys: the feed's, the projector's (_projection.py) and the layout
-# before 0.x (``<prefix>:<kind>:{<slot tag>}``, see docs/keyspace.md and ``migrate_keys``)
+# the suffixes of per-slot keys, here and in _projection.py: never a thread key's suffix (a
+# slot tag can be a thread's tag too). _migrate.py moves them from the earlier layout,
+# ``<prefix>:<kind>:{<slot tag>}`` (docs/keyspace.md)
 SLOT_KINDS = (
     "feed", "parked", "audit", "threads", "projector", "registry", "activity", "runs", "meta",
 )  # fmt: skip
