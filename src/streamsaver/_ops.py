@@ -101,7 +101,8 @@ class Call:
 
 @dataclass(frozen=True, slots=True)
 class ScanLogs:
-    """Every key matching ``pattern`` on every primary (SCAN, off the hot path)."""
+    """Every key matching ``pattern`` on every primary (SCAN: only ``migrate_keys``, an admin's
+    job; no tenant's operation scans)."""
 
     pattern: str
 
@@ -236,7 +237,7 @@ class Operations:
     keep_last: int = 0
     # give every appended event its digests (lua/common.lua, docs/audit.md)
     chain: bool = True
-    # where list(None) and delete_for_runs find candidate threads; None: scan every log
+    # where list(None) and delete_for_runs find candidate threads; None: every indexed thread
     projections: Projections | None = None
 
     def appending(self, keys: ThreadKeys) -> tuple[str, ...]:
@@ -611,7 +612,8 @@ class Operations:
     def _threads_for(self, query: tuple[Field, ...]) -> Flow[builtins.list[str]]:
         """The threads a cross-thread read looks at, sorted: the projector's candidates
         (_projection.py), or every log when they cannot be used. A saver that announces
-        nothing (feed_maxlen 0) cannot trust feeds to name every thread: it scans."""
+        nothing (feed_maxlen 0) cannot trust feeds to name every thread: it reads the slots'
+        thread indexes."""
         if self.projections is not None and self.feed_maxlen > 0:
             found = yield from self.projections.candidates(query)
             if found is not None:

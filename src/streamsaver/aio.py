@@ -333,8 +333,8 @@ class AsyncRedisStreamSaver(StreamSaverBase):
         return await self._run(self._ops.verify(thread_id))
 
     async def athread_ids(self) -> builtins.list[str]:
-        """Every thread id under this prefix, sorted (SCAN on every primary; not for hot
-        paths)."""
+        """Every thread id under this prefix, sorted (from the per-slot thread indexes, one
+        script per slot, never SCAN; not for hot paths)."""
         return await self._run(self._ops.threads())
 
     # --- the audit trail (streamsaver.audit, docs/audit.md); see RedisStreamSaver -------------

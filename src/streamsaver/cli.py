@@ -61,7 +61,8 @@ def build_parser(
             description="One line per thread, newest activity first: last activity (UTC), "
             "step and id of its latest root checkpoint, 'interrupted' when that checkpoint "
             "waits on an interrupt, and the thread id. Read from the projector's registry "
-            "plus the events it has not applied yet; without a projector, from a scan.",
+            "plus the events it has not applied yet; without a projector, from the per-slot "
+            "thread indexes.",
         )
         common_options(cmd)
         cmd.add_argument("--limit", type=int, metavar="N", help="at most N threads")

@@ -315,8 +315,8 @@ class RedisStreamSaver(StreamSaverBase):
         return self._run(migrate_keys(self.prefix))
 
     def thread_ids(self) -> builtins.list[str]:
-        """Every thread id under this prefix, sorted (SCAN on every primary; not for hot
-        paths)."""
+        """Every thread id under this prefix, sorted (from the per-slot thread indexes, one
+        script per slot, never SCAN; not for hot paths)."""
         return self._run(self._ops.threads())
 
     # --- the audit trail (streamsaver.audit, docs/audit.md) -----------------------------------
@@ -353,7 +353,8 @@ class RedisStreamSaver(StreamSaverBase):
     ) -> builtins.list[ThreadInfo]:
         """Threads newest activity first (ties by thread id): a page of ``limit`` after
         ``after`` (the last of the previous page). From the projector's registry plus the
-        events it has not applied yet; without a projector, from a scan (docs/projector.md)."""
+        events it has not applied yet; without a projector, from the thread indexes
+        (docs/projector.md)."""
         return self._run(self._projections.threads(page_limit(limit), after))
 
     def projector_lag(self) -> ProjectorLag:
