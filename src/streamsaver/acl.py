@@ -32,6 +32,8 @@ __all__ = ["PROJECTOR_COMMANDS", "READER_COMMANDS", "ROLES", "SAVER_COMMANDS", "
 _CONNECTION: tuple[str, ...] = (
     "ping", "info", "time", "evalsha", "evalsha_ro", "script|load", "command", "cluster|slots",
     "cluster|shards", "asking", "readonly",
+    # redis-py names its own connection's library (7.2+); refused, it would only fill ACL LOG
+    "client|setinfo",
 )  # fmt: skip
 
 READER_COMMANDS: tuple[str, ...] = (
@@ -99,7 +101,7 @@ def acl_rules(
         writable = [f"~{base}*}}:{kind}" for kind in SLOT_KINDS if kind != "audit"]
         patterns, commands = [f"%R~{keys}", *writable], PROJECTOR_COMMANDS
     if tuple(server_version) < _WAITAOF:
-        commands = tuple(c for c in commands if c != "waitaof")
+        commands = tuple(c for c in commands if c not in ("waitaof", "client|setinfo"))
     if tuple(server_version) < (7, 0):
         # 7.0's: CLUSTER SHARDS, and EVALSHA_RO (what a read-only user runs scripts with)
         commands = tuple(c for c in commands if c not in ("cluster|shards", "evalsha_ro"))
