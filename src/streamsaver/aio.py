@@ -197,26 +197,34 @@ class AsyncRedisStreamSaver(StreamSaverBase):
                 await client.script_load(script.script)
         return await client.evalsha_ro(script.sha, len(op.keys), *op.keys, *op.args)
 
+    async def _pipeline(self, ops: Sequence[Eval | Call]) -> builtins.list[Any]:
+        pipe = self.client.pipeline(transaction=False)
+        for one in ops:
+            pipe.execute_command(*pipelined(self._scripts, one, self._read_only))
+        return await pipe.execute(raise_on_error=False)
+
     async def _execute_each(self, op: Each) -> builtins.list[Any]:
         if not op.ops:
             return []
-        pipe = self.client.pipeline(transaction=False)
-        for one in op.ops:
-            pipe.execute_command(*pipelined(self._scripts, one, self._read_only))
-        replies: builtins.list[Any] = await pipe.execute(raise_on_error=False)
+        replies = await self._pipeline(op.ops)
         if any(
             isinstance(one, Eval) and needs_read_only(one, reply, self._read_only)
             for one, reply in zip(op.ops, replies, strict=True)
         ):
             self._read_only = True
-            return await self._execute_each(op)
-        for i, (one, reply) in enumerate(zip(op.ops, replies, strict=True)):
-            if isinstance(one, Eval) and isinstance(reply, NoScriptError):
-                try:
-                    replies[i] = await self._eval(one)
-                except ResponseError as exc:
-                    replies[i] = translate(exc)
-            elif isinstance(reply, ResponseError):
+            replies = await self._pipeline(op.ops)
+        missing = [i for i, r in enumerate(replies) if isinstance(r, NoScriptError)]
+        if missing:
+            # a fresh server (or one restarted or failed over): load each script once, then
+            # one more pipeline, never one round trip per script call (an Each may hold 16384)
+            client: Any = self.client
+            for name in {op.ops[i].script for i in missing}:  # type: ignore[union-attr]
+                await client.script_load(self._scripts[name].script)
+            again = await self._pipeline([op.ops[i] for i in missing])
+            for i, reply in zip(missing, again, strict=True):
+                replies[i] = reply
+        for i, reply in enumerate(replies):
+            if isinstance(reply, ResponseError):
                 replies[i] = translate(reply)
         return replies
 

@@ -176,6 +176,8 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "streamsaver", demo: 
 
 
 def _maintain(args: argparse.Namespace, prog: str) -> int:
+    from redis.exceptions import NoPermissionError
+
     from .maintenance import progress_bar, rebuild_threads, verify_threads
     from .saver import RedisStreamSaver
 
@@ -193,6 +195,16 @@ def _maintain(args: argparse.Namespace, prog: str) -> int:
             for info in saver.threads(limit=args.limit):
                 print(info.model_dump_json() if args.json else _thread_line(info))
             return 0
+        if args.all and args.command == "rebuild":
+            # the thread indexes are derived too: only a SCAN finds logs they lost
+            try:
+                saver.reindex_threads()
+            except NoPermissionError:
+                print(
+                    f"{prog}: this user may not SCAN: rebuilding the threads the thread "
+                    "indexes name (run as an admin to find every log)",
+                    file=sys.stderr,
+                )
         targets = saver.thread_ids() if args.all else args.thread
         if args.command == "rebuild":
             report = rebuild_threads(saver, targets, progress_bar())

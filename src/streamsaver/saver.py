@@ -37,7 +37,7 @@ from ._base import (
 from ._chain import ChainCheck
 from ._durability import DurabilityMode
 from ._errors import InvalidInputError, translate, unavailable
-from ._migrate import Migrated, migrate_keys
+from ._migrate import Migrated, migrate_keys, reindex_threads
 from ._ops import Call, Each, Eval, Flow, Op, Replay, ScanLogs, T, drive, iterate
 from ._projection import Applied
 from ._scripts import SOURCES
@@ -192,27 +192,34 @@ class RedisStreamSaver(StreamSaverBase):
                 client.script_load(script.script)
         return client.evalsha_ro(script.sha, len(op.keys), *op.keys, *op.args)
 
+    def _pipeline(self, ops: Sequence[Eval | Call]) -> builtins.list[Any]:
+        pipe = self.client.pipeline(transaction=False)
+        for one in ops:
+            pipe.execute_command(*pipelined(self._scripts, one, self._read_only))
+        return pipe.execute(raise_on_error=False)
+
     def _execute_each(self, op: Each) -> builtins.list[Any]:
         if not op.ops:
             return []
-        pipe = self.client.pipeline(transaction=False)
-        for one in op.ops:
-            pipe.execute_command(*pipelined(self._scripts, one, self._read_only))
-        replies: builtins.list[Any] = pipe.execute(raise_on_error=False)
+        replies = self._pipeline(op.ops)
         if any(
             isinstance(one, Eval) and needs_read_only(one, reply, self._read_only)
             for one, reply in zip(op.ops, replies, strict=True)
         ):
             self._read_only = True
-            return self._execute_each(op)
-        for i, (one, reply) in enumerate(zip(op.ops, replies, strict=True)):
-            if isinstance(one, Eval) and isinstance(reply, NoScriptError):
-                # the server restarted or failed over: the Script loads itself and retries
-                try:
-                    replies[i] = self._eval(one)
-                except ResponseError as exc:
-                    replies[i] = translate(exc)
-            elif isinstance(reply, ResponseError):
+            replies = self._pipeline(op.ops)
+        missing = [i for i, r in enumerate(replies) if isinstance(r, NoScriptError)]
+        if missing:
+            # a fresh server (or one restarted or failed over): load each script once, then
+            # one more pipeline, never one round trip per script call (an Each may hold 16384)
+            client: Any = self.client
+            for name in {op.ops[i].script for i in missing}:  # type: ignore[union-attr]
+                client.script_load(self._scripts[name].script)
+            again = self._pipeline([op.ops[i] for i in missing])
+            for i, reply in zip(missing, again, strict=True):
+                replies[i] = reply
+        for i, reply in enumerate(replies):
+            if isinstance(reply, ResponseError):
                 replies[i] = translate(reply)
         return replies
 
@@ -313,6 +320,11 @@ class RedisStreamSaver(StreamSaverBase):
         """Move this prefix's keys from the layout before 0.x (docs/keyspace.md). An admin's
         one-shot job, with the prefix's writers stopped: it needs SCAN and RENAME."""
         return self._run(migrate_keys(self.prefix))
+
+    def reindex_threads(self) -> int:
+        """Index every thread log under the prefix (after derived keys were lost); returns how
+        many were missing. Needs SCAN: an admin's job, which ``rebuild --all`` runs."""
+        return self._run(reindex_threads(self.prefix))
 
     def thread_ids(self) -> builtins.list[str]:
         """Every thread id under this prefix, sorted (from the per-slot thread indexes, one
