@@ -182,12 +182,14 @@ def perform(saver: RedisStreamSaver, call: tuple[Any, ...], step: int) -> None:
     elif name == "seed":
         saver.seed_projections()
     elif name == "unknown_kind":
-        # an event of a kind from a newer version, announced in the feed like any other
-        from streamsaver._feed import feed_of_log
+        # an event of a kind from a newer version, announced in the feed and the slot's thread
+        # index like any other (lua/common.lua's notify())
+        from streamsaver._feed import feed_of_log, slot_of, threads_key
 
         log = saver._ops.keys(args[0]).log
         eid = saver.client.xadd(log, {"k": "pruned", "sv": "1", "thread": args[0]})
         saver.client.xadd(feed_of_log(saver.prefix, log), {"t": args[0], "e": eid, "k": "pruned"})
+        saver.client.sadd(threads_key(saver.prefix, slot_of(log)), args[0])
 
 
 @settings(

@@ -621,23 +621,27 @@ class Operations:
         return (yield from self.threads())
 
     def threads(self) -> Flow[builtins.list[str]]:
-        by_slot = yield from threads_by_slot(self.prefix)
+        cluster = self.projections is not None and self.projections.cluster
+        by_slot = yield from threads_by_slot(self.prefix, cluster)
         return sorted(t for ts in by_slot.values() for t in ts)
 
 
-def threads_by_slot(prefix: str) -> Flow[dict[int, builtins.list[str]]]:
+def threads_by_slot(prefix: str, cluster: bool) -> Flow[dict[int, builtins.list[str]]]:
     """Every thread under ``prefix`` whose log exists, per slot, from the slots' thread
-    indexes: one pipelined script per slot, never SCAN, which needs a permission that shows
-    every tenant's key names (a tenant's ACL user has none)."""
-    replies = yield Each(
-        tuple(Eval("slot_threads", (threads_key(prefix, s),), (prefix,)) for s in range(SLOTS))
-    )
+    indexes, never SCAN, which needs a permission that shows every tenant's key names (a
+    tenant's ACL user has none). A standalone server reads all 16384 indexes in one script
+    call; a cluster, one pipelined call per slot (a script may not span slots)."""
+    keys = [threads_key(prefix, s) for s in range(SLOTS)]
+    if cluster:
+        replies = yield Each(tuple(Eval("slot_threads", (k,), (prefix,)) for k in keys))
+    else:
+        replies = [(yield Eval("slot_threads", keys, (prefix,)))]
     by_slot: dict[int, builtins.list[str]] = {}
-    for slot, reply in enumerate(replies):
+    for first, reply in enumerate(replies):
         if isinstance(reply, Exception):
             raise reply
-        if reply:
-            by_slot[slot] = [_text(t) for t in reply]
+        for position, *threads in reply:
+            by_slot[first + int(position) - 1] = [_text(t) for t in threads]
     return by_slot
 
 

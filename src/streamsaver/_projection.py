@@ -145,7 +145,7 @@ class Projections:
         return any(_ok(r) for r in replies)
 
     def _threads_by_slot(self) -> Flow[dict[int, builtins.list[str]]]:
-        return (yield from threads_by_slot(self.prefix))
+        return (yield from threads_by_slot(self.prefix, self.cluster))
 
     def seed(self, slots: Iterable[int] | None = None) -> Flow[int]:
         """(Re)build the projections of ``slots`` (default: every slot with a feed or a
