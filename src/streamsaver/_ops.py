@@ -621,23 +621,34 @@ class Operations:
         return (yield from self.threads())
 
     def threads(self) -> Flow[builtins.list[str]]:
+        slots = None
+        if self.projections is not None and self.projections.cluster and self.feed_maxlen > 0:
+            # every append writes the feed and the index of its slot together: on a cluster,
+            # where each slot costs a call, only slots with a feed can hold indexed threads
+            slots = yield from self.projections.feed_slots()
         cluster = self.projections is not None and self.projections.cluster
-        by_slot = yield from threads_by_slot(self.prefix, cluster)
+        by_slot = yield from threads_by_slot(self.prefix, cluster, slots)
         return sorted(t for ts in by_slot.values() for t in ts)
 
 
-def threads_by_slot(prefix: str, cluster: bool) -> Flow[dict[int, builtins.list[str]]]:
+def threads_by_slot(
+    prefix: str, cluster: bool, slots: Sequence[int] | None = None
+) -> Flow[dict[int, builtins.list[str]]]:
     """Every thread under ``prefix`` whose log exists, per slot, from the slots' thread
     indexes, never SCAN, which needs a permission that shows every tenant's key names (a
     tenant's ACL user has none). A standalone server reads all 16384 indexes in one script
-    call; a cluster, one pipelined call per slot (a script may not span slots)."""
-    keys = [threads_key(prefix, s) for s in range(SLOTS)]
+    call; a cluster, one pipelined call per slot of ``slots`` (a script may not span slots)."""
     if cluster:
-        replies = yield Each(tuple(Eval("slot_threads", (k,), (prefix,)) for k in keys))
+        which = list(range(SLOTS) if slots is None else slots)
+        replies = yield Each(
+            tuple(Eval("slot_threads", (threads_key(prefix, s),), (prefix,)) for s in which)
+        )
+        groups = [(which[i], reply) for i, reply in enumerate(replies)]
     else:
-        replies = [(yield Eval("slot_threads", keys, (prefix,)))]
+        keys = [threads_key(prefix, s) for s in range(SLOTS)]
+        groups = [(0, (yield Eval("slot_threads", keys, (prefix,))))]
     by_slot: dict[int, builtins.list[str]] = {}
-    for first, reply in enumerate(replies):
+    for first, reply in groups:
         if isinstance(reply, Exception):
             raise reply
         for position, *threads in reply:

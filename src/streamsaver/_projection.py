@@ -145,7 +145,9 @@ class Projections:
         return any(_ok(r) for r in replies)
 
     def _threads_by_slot(self) -> Flow[dict[int, builtins.list[str]]]:
-        return (yield from threads_by_slot(self.prefix, self.cluster))
+        # on a cluster, only slots with a feed: appends write a slot's feed and index together
+        slots = (yield from self.feed_slots()) if self.cluster else None
+        return (yield from threads_by_slot(self.prefix, self.cluster, slots))
 
     def seed(self, slots: Iterable[int] | None = None) -> Flow[int]:
         """(Re)build the projections of ``slots`` (default: every slot with a feed or a
