@@ -107,7 +107,7 @@ async def pending_by_group(client: aredis.Redis) -> dict[str, int]:
     """Entries pending (delivered, not acknowledged) per consumer group, over every feed: one
     pipelined XINFO GROUPS for all feeds, so sampling costs two round trips, not one per feed."""
     pipe = client.pipeline(transaction=False)
-    for key in await _keys(client, f"{PREFIX}:feed:*"):
+    for key in await _keys(client, f"{PREFIX}:{{*}}:feed"):
         pipe.xinfo_groups(key)
     total: dict[str, int] = {}
     for groups in await pipe.execute():

@@ -65,7 +65,8 @@ def _commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="print the projector's lag: entries not applied yet, and the oldest's age",
         description="Per cluster slot with pending entries, and in total: feed entries the "
         "projector has not applied yet and the age of the oldest. Slots marked 'unusable' "
-        "have no cursor or a feed trimmed past it: readers scan there until it is seeded.",
+        "have no cursor or a feed trimmed past it: readers read every indexed thread there "
+        "until it is seeded.",
     )
     saver_cli.common_options(cmd)
     cmd.add_argument("--json", action="store_true", help="print the ProjectorLag as JSON")
@@ -103,7 +104,7 @@ def _status(saver: RedisStreamSaver, as_json: bool) -> int:
             state = "" if s.usable else " unusable"
             print(f"slot {s.slot}: {s.pending} pending after {s.cursor or '-'}{state}")
     if not saver.projector_seeded():
-        print("not seeded: no projector has run yet, and readers scan every log")
+        print("not seeded: no projector has run yet, and readers read every indexed thread")
     print(
         f"lag: {lag.pending} entries pending, oldest {lag.oldest_age_s:.1f} s; "
         f"{len(lag.slots)} slots with a feed, "

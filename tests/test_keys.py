@@ -10,7 +10,18 @@ from hypothesis import strategies as st
 
 from streamsaver import InvalidInputError
 from streamsaver._codec import parse_version, version_key
-from streamsaver._keys import log_pattern, lp, thread_id_of, thread_keys, validate_prefix
+from streamsaver._feed import SLOT_KINDS, slot_key, slot_of, slot_tag
+from streamsaver._keys import (
+    escape_glob,
+    key_pattern,
+    log_pattern,
+    lp,
+    scratch_keys,
+    thread_id_of,
+    thread_keys,
+    tombstone_of,
+    validate_prefix,
+)
 from tests.strategies import hostile_text
 
 
@@ -70,3 +81,30 @@ def test_unusable_versions_are_refused(bad: object) -> None:
 def test_unusable_prefixes_are_refused(bad: object) -> None:
     with pytest.raises(InvalidInputError, match="prefix"):
         validate_prefix(bad)
+
+
+@given(prefix=hostile_text, other=hostile_text, thread_id=hostile_text)
+def test_every_key_of_a_prefix_is_under_its_pattern_and_no_others(
+    prefix: str, other: str, thread_id: str
+) -> None:
+    """Every key starts with '<prefix>:{', and never with another prefix's '<other>:{' (the
+    server's own matching of the patterns: tests/test_acl.py, ACL DRYRUN)."""
+    for p in (prefix, other):
+        if not p or any(c in p for c in "{}\r\n"):
+            return
+    keys = [*thread_keys(prefix, thread_id), tombstone_of(thread_keys(prefix, thread_id))]
+    slot = slot_of(keys[0])
+    keys += [slot_key(prefix, slot, kind) for kind in SLOT_KINDS]
+    for key in keys:
+        assert key.startswith(prefix + ":{")
+        assert key.startswith(other + ":{") == (other == prefix)
+    assert key_pattern(prefix) == escape_glob(prefix) + ":{*"
+
+
+def test_per_slot_keys_never_collide_with_a_threads_keys() -> None:
+    for slot in (0, 1, 8000, 16383):
+        # the thread whose tag is the slot tag lives in the same slot, under the same tag
+        keys = thread_keys("p", slot_tag(slot))
+        theirs = {*keys, tombstone_of(keys), *scratch_keys(keys)}
+        assert not theirs & {slot_key("p", slot, kind) for kind in SLOT_KINDS}
+        assert all(slot_of(slot_key("p", slot, kind)) == slot for kind in SLOT_KINDS)

@@ -26,7 +26,7 @@ def projections(client: redis.Redis, prefix: str) -> dict[bytes, Any]:
     """Every projector key's content but the cursors: what the projector derived."""
     out: dict[bytes, Any] = {}
     for name in ("registry", "activity", "runs", "meta"):
-        for key in client.scan_iter(match=f"{prefix}:{name}:*", count=1000):
+        for key in client.scan_iter(match=f"{prefix}:{{*}}:{name}", count=1000):
             kind = client.type(key)
             if kind == b"hash":
                 out[key] = client.hgetall(key)

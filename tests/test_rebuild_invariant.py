@@ -184,12 +184,14 @@ def perform(saver: RedisStreamSaver, call: tuple[Any, ...], step: int) -> None:
     elif name == "seed":
         saver.seed_projections()
     elif name == "unknown_kind":
-        # an event of a kind from a newer version, announced in the feed like any other
-        from streamsaver._feed import feed_of_log
+        # an event of a kind from a newer version, announced in the feed and the slot's thread
+        # index like any other (lua/common.lua's notify())
+        from streamsaver._feed import feed_of_log, slot_of, threads_key
 
         log = saver._ops.keys(args[0]).log
         eid = saver.client.xadd(log, {"k": "pruned", "sv": "1", "thread": args[0]})
         saver.client.xadd(feed_of_log(saver.prefix, log), {"t": args[0], "e": eid, "k": "pruned"})
+        saver.client.sadd(threads_key(saver.prefix, slot_of(log)), args[0])
 
 
 @settings(
@@ -212,6 +214,9 @@ def test_any_call_sequence_reads_the_same_through_indexes_scan_and_rebuild(
         before = every_read(saver)
         assert before == every_read(scanning(saver))
         drop_derived(redis_client, prefix)
+        # the thread indexes are derived too: a rebuild of everything finds the logs first
+        assert saver.thread_ids() == [] or not before[0]
+        saver.reindex_threads()
         for t in saver.thread_ids():
             saver.rebuild(t)
         saver.seed_projections()

@@ -15,6 +15,7 @@ from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, gen
 from langgraph.checkpoint.memory import InMemorySaver
 
 from streamsaver import InvalidInputError, MissingIndexError, RedisStreamSaver
+from streamsaver._feed import SLOT_KINDS
 from streamsaver._keys import thread_keys
 from streamsaver.events import SkippedEvent
 from tests import graphs
@@ -31,12 +32,10 @@ def wait_for(condition: Callable[[], bool], seconds: float = 15.0) -> None:
 
 
 def thread_key_names(client: redis.Redis, prefix: str) -> set[bytes]:
-    """Every key under the prefix but the per-slot streams (feeds, and the audit streams that
-    record deleted threads), which belong to no thread."""
-    shared = (f"{prefix}:feed:".encode(), f"{prefix}:audit:".encode())
-    return {
-        k for k in client.scan_iter(match=f"{prefix}:*", count=1000) if not k.startswith(shared)
-    }
+    """Every key under the prefix but the per-slot keys (feeds, thread indexes, the audit
+    streams that record deleted threads), which belong to no thread."""
+    shared = tuple(f"}}:{kind}".encode() for kind in SLOT_KINDS)
+    return {k for k in client.scan_iter(match=f"{prefix}:*", count=1000) if not k.endswith(shared)}
 
 
 class History:

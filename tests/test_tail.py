@@ -224,12 +224,12 @@ def test_every_slot_has_a_feed_in_it_and_the_names_never_change() -> None:
         assert key_slot(feed_key("p", slot).encode()) == slot
     # stored key names: a change here would orphan every feed already written
     assert [slot_tag(s) for s in (0, 1, 8000, 16383)] == ["05cc", "0als", "06g2", "01k0"]
-    assert feed_key("app", 0) == "app:feed:{05cc}"
+    assert feed_key("app", 0) == "app:{05cc}:feed"
     for thread in ("t", "", "a{b}c", "x" * 300, "ünï:cødé\n"):
         log = thread_keys("app", thread).log
         assert key_slot(feed_of_log("app", log).encode()) == key_slot(log.encode())
     # feeds stay out of the thread-key patterns, and inside the prefix
-    assert feed_pattern("a*b") == "a\\*b:feed:{*}"
+    assert feed_pattern("a*b") == "a\\*b:{*}:feed"
 
 
 # --- the I/O-free core -----------------------------------------------------------------------

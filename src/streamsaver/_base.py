@@ -8,6 +8,7 @@ from typing import Any
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.serde.base import SerializerProtocol, maybe_add_typed_methods
+from redis.exceptions import NoPermissionError
 
 from ._codec import Codec
 from ._delta import DeltaCache
@@ -17,6 +18,7 @@ from ._keys import validate_prefix
 from ._moves import DEFAULT_SLOT_MOVE_TIMEOUT_S, check_timeout
 from ._ops import Call, Each, Eval, Op, Operations
 from ._projection import Projections
+from ._scripts import READ_ONLY
 
 __all__ = [
     "DEFAULT_DELTA_CACHE_BYTES",
@@ -214,11 +216,30 @@ def what(op: Op) -> str:
     return f"a SCAN for {op.pattern!r}"
 
 
-def pipelined(scripts: dict[str, Any], op: Eval | Call) -> tuple[Any, ...]:
+def pipelined(scripts: dict[str, Any], op: Eval | Call, read_only: bool = False) -> tuple[Any, ...]:
     """The command that runs ``op`` in a pipeline (a script by its sha)."""
     if isinstance(op, Eval):
-        return ("EVALSHA", scripts[op.script].sha, len(op.keys), *op.keys, *op.args)
+        return (
+            script_command(op, read_only),
+            scripts[op.script].sha,
+            len(op.keys),
+            *op.keys,
+            *op.args,
+        )
     return op.args
+
+
+def script_command(op: Eval, read_only: bool) -> str:
+    """EVALSHA, or EVALSHA_RO for a script that only reads once the saver has learnt that its
+    user may only read (a NOPERM on EVALSHA, which declares its keys read-write). Not always
+    EVALSHA_RO: a cluster client asks the server for its keys (COMMAND GETKEYS), a round trip
+    the hot path of a read-write user should not pay."""
+    return "EVALSHA_RO" if read_only and op.script in READ_ONLY else "EVALSHA"
+
+
+def needs_read_only(op: Eval, exc: BaseException, read_only: bool) -> bool:
+    """Whether ``exc`` says ``op`` must run again as EVALSHA_RO."""
+    return not read_only and op.script in READ_ONLY and isinstance(exc, NoPermissionError)
 
 
 def page_limit(limit: object) -> int | None:

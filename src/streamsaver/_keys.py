@@ -5,6 +5,10 @@ so every script touches a single Redis Cluster slot. The tag is the thread id pe
 (RFC 3986 unreserved characters stay as they are): it can hold no ``{``, ``}`` or ``:``, two
 thread ids never share a tag, and the thread id is recoverable from any key. Inside the keys,
 namespaces, channels and tasks are length-prefixed (``lp``), never escaped.
+
+Every other key of a prefix is per Redis Cluster slot, ``<prefix>:{<slot tag>}:<kind>``
+(``_feed.py``), so every key of a prefix starts with ``<prefix>:{``: the one ACL pattern of
+``key_pattern`` covers them all, and no other prefix's (docs/keyspace.md).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from ._errors import InvalidInputError
 __all__ = [
     "ThreadKeys",
     "escape_glob",
+    "key_pattern",
     "log_pattern",
     "lp",
     "scratch_keys",
@@ -61,6 +66,14 @@ def scratch_keys(keys: ThreadKeys) -> tuple[str, str]:
 
 def escape_glob(text: str) -> str:
     return "".join("\\" + c if c in "*?[]\\" else c for c in text)
+
+
+def key_pattern(prefix: str) -> str:
+    """The glob of every key under ``prefix``, and of no other prefix's keys. Each key is
+    ``<prefix>:{...`` (thread keys, and per-slot keys in ``_feed.py``), and a prefix holds no
+    ``{``, so for prefixes P != Q, ``Q:{`` is never a prefix of ``P:{``: with ``app`` and
+    ``app:tenant2``, the character after ``app:`` is ``{`` in one and ``t`` in the other."""
+    return escape_glob(validate_prefix(prefix)) + ":{*"
 
 
 def log_pattern(prefix: str) -> str:

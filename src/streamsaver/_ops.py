@@ -38,16 +38,14 @@ from ._errors import (
     NoPersistenceWarning,
     UnsupportedServerError,
 )
-from ._feed import DEFAULT_FEED_MAXLEN, audit_of_log, feed_of_log
+from ._feed import DEFAULT_FEED_MAXLEN, SLOTS, audit_of_log, feed_of_log, threads_key
 
 if TYPE_CHECKING:
     from ._projection import Projections
 from ._keys import (
     ThreadKeys,
-    log_pattern,
     lp,
     scratch_keys,
-    thread_id_of,
     thread_keys,
 )
 
@@ -67,6 +65,7 @@ __all__ = [
     "drive",
     "iterate",
     "map_items",
+    "threads_by_slot",
 ]
 
 T = TypeVar("T")
@@ -109,7 +108,8 @@ class Call:
 
 @dataclass(frozen=True, slots=True)
 class ScanLogs:
-    """Every key matching ``pattern`` on every primary (SCAN, off the hot path)."""
+    """Every key matching ``pattern`` on every primary (SCAN: only ``migrate_keys``, an admin's
+    job; no tenant's operation scans)."""
 
     pattern: str
 
@@ -297,7 +297,7 @@ class Operations:
     keep_last: int = 0
     # give every appended event its digests (lua/common.lua, docs/audit.md)
     chain: bool = True
-    # where list(None) and delete_for_runs find candidate threads; None: scan every log
+    # where list(None) and delete_for_runs find candidate threads; None: every indexed thread
     projections: Projections | None = None
     # accept a server whose maxmemory-policy may evict the saver's keys (see setup)
     allow_eviction: bool = False
@@ -727,7 +727,8 @@ class Operations:
     def _threads_for(self, query: tuple[Field, ...]) -> Flow[builtins.list[str]]:
         """The threads a cross-thread read looks at, sorted: the projector's candidates
         (_projection.py), or every log when they cannot be used. A saver that announces
-        nothing (feed_maxlen 0) cannot trust feeds to name every thread: it scans."""
+        nothing (feed_maxlen 0) cannot trust feeds to name every thread: it reads the slots'
+        thread indexes."""
         if self.projections is not None and self.feed_maxlen > 0:
             found = yield from self.projections.candidates(query)
             if found is not None:
@@ -735,15 +736,46 @@ class Operations:
         return (yield from self.threads())
 
     def threads(self, deleted: bool = False) -> Flow[builtins.list[str]]:
-        """Every thread with a log; ``deleted``: also those whose log holds only their
-        deletion (lua/delete_thread.lua) until it expires or the id is used again."""
-        keys = yield ScanLogs(log_pattern(self.prefix))
-        # a key that moved between two nodes while they were scanned is found on both
-        ids = sorted({thread_id_of(self.prefix, _text(k)) for k in keys})
-        if deleted:
-            return sorted(ids)
+        """Every thread with a log, from the slots' thread indexes; ``deleted``: also those
+        whose log holds only their deletion (lua/delete_thread.lua) until it expires or the
+        id is used again."""
+        slots = None
+        if self.projections is not None and self.projections.cluster and self.feed_maxlen > 0:
+            # every append writes the feed and the index of its slot together: on a cluster,
+            # where each slot costs a call, only slots with a feed can hold indexed threads
+            slots = yield from self.projections.feed_slots()
+        cluster = self.projections is not None and self.projections.cluster
+        by_slot = yield from threads_by_slot(self.prefix, cluster, slots)
+        ids = sorted({t for ts in by_slot.values() for t in ts})
+        if deleted or not ids:
+            return ids
         marks = yield Each(tuple(Call(("HEXISTS", self.keys(t).ptr, "d")) for t in ids))
-        return sorted(t for t, d in zip(ids, marks, strict=True) if d != 1)
+        return [t for t, d in zip(ids, marks, strict=True) if d != 1]
+
+
+def threads_by_slot(
+    prefix: str, cluster: bool, slots: Sequence[int] | None = None
+) -> Flow[dict[int, builtins.list[str]]]:
+    """Every thread under ``prefix`` whose log exists, per slot, from the slots' thread
+    indexes, never SCAN, which needs a permission that shows every tenant's key names (a
+    tenant's ACL user has none). A standalone server reads all 16384 indexes in one script
+    call; a cluster, one pipelined call per slot of ``slots`` (a script may not span slots)."""
+    if cluster:
+        which = list(range(SLOTS) if slots is None else slots)
+        replies = yield Each(
+            tuple(Eval("slot_threads", (threads_key(prefix, s),), (prefix,)) for s in which)
+        )
+        groups = [(which[i], reply) for i, reply in enumerate(replies)]
+    else:
+        keys = [threads_key(prefix, s) for s in range(SLOTS)]
+        groups = [(0, (yield Eval("slot_threads", keys, (prefix,))))]
+    by_slot: dict[int, builtins.list[str]] = {}
+    for first, reply in groups:
+        if isinstance(reply, Exception):
+            raise reply
+        for position, *threads in reply:
+            by_slot[first + int(position) - 1] = [_text(t) for t in threads]
+    return by_slot
 
 
 def _text(value: bytes | str) -> str:

@@ -3,12 +3,12 @@
 Each Redis Cluster slot that holds threads has, beside its feed (``_feed.py``), five derived
 keys in that same slot, so every projector script is one single-slot script:
 
-- ``<prefix>:projector:{<slot tag>}`` hash: ``cursor``, the last feed entry applied, ``applied``
+- ``<prefix>:{<slot tag>}:projector`` hash: ``cursor``, the last feed entry applied, ``applied``
   and ``at`` (ms);
-- ``<prefix>:registry:{<slot tag>}`` hash, thread id -> its row (latest root checkpoint, step,
-  last activity, waiting on an interrupt) and ``<prefix>:activity:{<slot tag>}``, the threads
+- ``<prefix>:{<slot tag>}:registry`` hash, thread id -> its row (latest root checkpoint, step,
+  last activity, waiting on an interrupt) and ``<prefix>:{<slot tag>}:activity``, the threads
   scored by last activity;
-- ``<prefix>:runs:{<slot tag>}`` and ``<prefix>:meta:{<slot tag>}``: which threads hold run X,
+- ``<prefix>:{<slot tag>}:runs`` and ``<prefix>:{<slot tag>}:meta``: which threads hold run X,
   which hold metadata key K = V (candidates for ``delete_for_runs`` and ``list(None, filter)``).
 
 ``lua/project.lua`` applies a batch of one feed's entries and moves the cursor in one script;
@@ -27,9 +27,9 @@ from typing import Any, NamedTuple
 
 import ormsgpack
 
-from ._feed import SLOTS, feed_key, slot_of, slot_tag
-from ._keys import log_pattern, thread_id_of, thread_keys
-from ._ops import Call, Each, Eval, Flow, ScanLogs
+from ._feed import SLOTS, feed_key, slot_key
+from ._keys import thread_keys
+from ._ops import Call, Each, Eval, Flow, threads_by_slot
 from ._tail import entries, streams
 from .events import ProjectorLag, SlotLag, ThreadInfo
 
@@ -51,11 +51,10 @@ class SlotKeys(NamedTuple):
 
 @cache
 def slot_keys(prefix: str, slot: int) -> SlotKeys:
-    tag = "{" + slot_tag(slot) + "}"
     return SlotKeys(
         feed_key(prefix, slot),
         *(
-            f"{prefix}:{name}:{tag}"
+            slot_key(prefix, slot, name)
             for name in ("projector", "registry", "activity", "runs", "meta")
         ),
     )
@@ -146,11 +145,9 @@ class Projections:
         return any(_ok(r) for r in replies)
 
     def _threads_by_slot(self) -> Flow[dict[int, builtins.list[str]]]:
-        by_slot: dict[int, builtins.list[str]] = {}
-        for key in (yield ScanLogs(log_pattern(self.prefix))):
-            log = _text(key)
-            by_slot.setdefault(slot_of(log), []).append(thread_id_of(self.prefix, log))
-        return by_slot
+        # on a cluster, only slots with a feed: appends write a slot's feed and index together
+        slots = (yield from self.feed_slots()) if self.cluster else None
+        return (yield from threads_by_slot(self.prefix, self.cluster, slots))
 
     def seed(self, slots: Iterable[int] | None = None) -> Flow[int]:
         """(Re)build the projections of ``slots`` (default: every slot with a feed or a

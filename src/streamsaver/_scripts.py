@@ -5,7 +5,13 @@ from __future__ import annotations
 
 from importlib.resources import files
 
-__all__ = ["SOURCES"]
+__all__ = ["READ_ONLY", "SOURCES"]
+
+# Scripts that only read: a read-only ACL user (``%R~`` keys, acl.py) may run them only as
+# EVALSHA_RO, since EVALSHA declares its keys read-write (see _base.script_command).
+READ_ONLY = frozenset(
+    {"get", "list", "thread_row", "threads_page", "candidates", "lag", "slot_threads"}
+)
 
 # Redis runs a script's whole chunk on every call, defining each function again: every entry
 # takes only the files it calls. The last file is the entry's body.
@@ -29,7 +35,16 @@ _ENTRIES: dict[str, tuple[str, ...]] = {
     # the projector's (registry.lua)
     **{
         name: ("common.lua", "meta.lua", "registry.lua", f"{name}.lua")
-        for name in ("project", "seed", "sweep", "lag", "thread_row", "threads_page", "candidates")
+        for name in (
+            "project",
+            "seed",
+            "sweep",
+            "lag",
+            "thread_row",
+            "threads_page",
+            "candidates",
+            "slot_threads",
+        )
     },
 }
 

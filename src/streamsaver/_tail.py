@@ -63,11 +63,10 @@ DEFAULT_DISCOVER_MS = 1000
 DEFAULT_POLL_MS = 50
 SWEEP_SLICES = 16  # periodic probes for new feeds each name 1/16 of the slots
 
-# What a tailing client sends (for an ACL user that only tails): read-only tails need the first
-# line, consumer groups the second; CLIENT ID/UNBLOCK only make a stop from another thread
-# prompt, and are optional.
+# What a tailing client sends (acl.py's roles include them): read-only tails need the first
+# line, consumer groups the rest. No CLIENT command: stop() closes the tail's own connection.
 TAIL_COMMANDS: tuple[str, ...] = (
-    "xread", "xrange", "xrevrange", "exists", "client|id", "client|unblock",
+    "xread", "xrange", "xrevrange", "exists",
     "xreadgroup", "xgroup|create", "xgroup|destroy", "xack", "evalsha", "script|load",
     # what lua/group_*.lua call
     "xpending", "xautoclaim", "xinfo|consumers", "xgroup|delconsumer", "xadd",

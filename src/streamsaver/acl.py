@@ -1,40 +1,109 @@
-"""The least privilege a saver needs: an ACL user limited to its key prefix and commands.
+"""The least privilege a saver needs: ACL users limited to one key prefix and to the commands
+streamsaver sends. No I/O.
 
-``acl_rules("myapp")`` gives the rules for ``ACL SETUSER <name> on ><password> <rules...>``;
-``streamsaver acl --prefix myapp`` prints the whole command.
+``acl_rules("myapp", (7, 0))`` gives the rules for ``ACL SETUSER <name> on ><password>
+<rules...>``; ``streamsaver acl --prefix myapp --server-version 7.0`` prints the whole command.
+Three roles:
+
+- ``saver``: everything a tenant's application does (graphs, tails, consumer groups, audit,
+  rebuild, delete, prune, copy, listing) on its prefix's keys, and nothing else;
+- ``reader``: read-only (tail, history, audit verify, get/list/threads for a dashboard):
+  ``%R~`` keys, no command that writes;
+- ``projector``: reads every key of the prefix, writes only the per-slot keys (feeds, for its
+  consumer group; parked entries; thread indexes; its projections), never a thread's log.
+
+Every key of a prefix starts with ``<prefix>:{`` and a prefix cannot hold ``{`` (``_keys.py``),
+so the one pattern ``<prefix>:{*`` (glob characters escaped) matches exactly that prefix's keys:
+``app``'s user reaches nothing of ``app:tenant2``, ``app2`` or ``ap``. No role has ``SCAN``,
+``KEYS`` (listing reads the per-slot thread indexes), ``CLIENT UNBLOCK`` or ``KILL`` (a tail's
+``stop()`` closes its own connection), ``FLUSH*``, ``CONFIG`` or ``DEBUG``; and no pub/sub channel.
 """
 
 from __future__ import annotations
 
-from ._keys import escape_glob, validate_prefix
+from ._errors import InvalidInputError, UnsupportedServerError
+from ._feed import SLOT_KINDS
+from ._keys import key_pattern, validate_prefix
 
-__all__ = ["SAVER_COMMANDS", "acl_rules"]
+__all__ = ["PROJECTOR_COMMANDS", "READER_COMMANDS", "ROLES", "SAVER_COMMANDS", "acl_rules"]
 
-SAVER_COMMANDS: tuple[str, ...] = (
-    # what the client sends
-    "evalsha", "script|load", "info", "scan", "xrange", "del", "wait", "waitaof", "ping",
-    # what the scripts call (a script runs with its caller's permissions)
-    "xadd", "xtrim", "xlen", "zadd", "zrem", "zrange", "zrangebylex", "zrevrangebylex",
-    "hset", "hsetnx", "hget", "hdel", "hgetall", "exists", "pexpire", "pexpireat", "pttl",
-    "time", "zlexcount", "zscore", "hkeys", "hmget", "hexists", "persist", "hscan",
-    # the projector's scripts and readers of its keys (lua/registry.lua)
-    "xinfo|stream", "zrevrangebyscore", "hincrby", "hlen",
-    # tailing and consumer groups (docs/tailing.md): blocking reads on their own connection,
-    # woken with CLIENT UNBLOCK when stopped from another thread
-    "xread", "xrevrange", "xreadgroup", "xack", "xautoclaim", "xpending", "xgroup|create",
-    "xgroup|destroy", "xgroup|delconsumer", "xinfo|consumers", "client|id", "client|unblock",
+# every role: server version and topology (redis-py's cluster client asks for the slots and
+# the command table), script loading, liveness
+_CONNECTION: tuple[str, ...] = (
+    "ping", "info", "time", "evalsha", "evalsha_ro", "script|load", "command", "cluster|slots",
+    "cluster|shards", "asking", "readonly",
+    # redis-py names its own connection's library (7.2+); refused, it would only fill ACL LOG
+    "client|setinfo",
 )  # fmt: skip
 
+READER_COMMANDS: tuple[str, ...] = (
+    *_CONNECTION,
+    # what the client sends: log pages, feed probes and tails
+    "xrange", "xrevrange", "xread", "exists",
+    # what the read scripts call (a script runs with its caller's permissions)
+    "xlen", "xinfo|stream", "zrange", "zrangebylex", "zrevrangebylex", "zrevrangebyscore",
+    "zscore", "zlexcount", "hget", "hgetall", "hkeys", "hlen", "pttl", "smembers", "hexists",
+    "hscan",
+)  # fmt: skip
 
-def acl_rules(prefix: str, server_version: tuple[int, ...] = (7, 2)) -> list[str]:
-    """ACL rules allowing exactly what a saver under ``prefix`` does, on its keys only.
-    Servers before 7.2 reject rules for commands they lack (WAITAOF), so give the version."""
+# consumer groups (docs/tailing.md): XREADGROUP, XACK and their housekeeping write the feeds
+_GROUPS: tuple[str, ...] = (
+    "xreadgroup", "xack", "xautoclaim", "xpending", "xgroup|create", "xgroup|destroy",
+    "xgroup|delconsumer", "xinfo|consumers", "xadd",
+)  # fmt: skip
+
+PROJECTOR_COMMANDS: tuple[str, ...] = (
+    *READER_COMMANDS, *_GROUPS, "hset", "hdel", "hincrby", "zadd", "zrem", "del", "srem",
+)  # fmt: skip
+
+SAVER_COMMANDS: tuple[str, ...] = (
+    *PROJECTOR_COMMANDS,
+    # durability modes (WAITAOF only on servers that have it: see acl_rules)
+    "wait", "waitaof",
+    # what the write scripts call
+    "xtrim", "hsetnx", "pexpire", "pexpireat", "sadd", "hmget", "persist",
+)  # fmt: skip
+
+ROLES = ("saver", "reader", "projector")
+_WAITAOF = (7, 2)
+_SELECTORS = (7, 0)  # %R~ key permissions
+_SPACES = " \t\n\v\f\r"  # what the server's isspace() refuses in a rule
+
+
+def acl_rules(
+    prefix: str, server_version: tuple[int, ...] = (7, 2), role: str = "saver"
+) -> list[str]:
+    """ACL rules allowing exactly what ``role`` does under ``prefix``, on its keys only.
+    Servers before 7.2 reject rules for commands they lack (WAITAOF), and only 7.0 and later
+    know read-only key patterns (the reader and projector roles): give the server's version."""
     prefix = validate_prefix(prefix)
-    commands = [c for c in SAVER_COMMANDS if c != "waitaof" or server_version >= (7, 2)]
-    return [
-        "resetkeys",
-        f"~{escape_glob(prefix)}:*",
-        "resetchannels",
-        "-@all",
-        *(f"+{c}" for c in commands),
-    ]
+    if any(c in prefix for c in _SPACES):
+        # the server refuses a rule holding whitespace (ACL files are split on it), and no
+        # glob spelling of a space matches only a space
+        raise InvalidInputError(
+            f"prefix={prefix!r} holds whitespace, which no ACL key pattern can express: "
+            f"give its saver a prefix without spaces, e.g. {prefix.split()[0] or 'app'!r}"
+        )
+    if role not in ROLES:
+        raise InvalidInputError(f"role={role!r} is unknown; use one of {', '.join(ROLES)}")
+    if role != "saver" and tuple(server_version) < _SELECTORS:
+        raise UnsupportedServerError(
+            f"the {role} role needs read-only key patterns (%R~), which Redis "
+            f"{'.'.join(map(str, server_version))} lacks: use Redis 7.0 or later, or the saver role"
+        )
+    keys = key_pattern(prefix)
+    if role == "saver":
+        patterns, commands = [f"~{keys}"], SAVER_COMMANDS
+    elif role == "reader":
+        patterns, commands = [f"%R~{keys}"], READER_COMMANDS
+    else:
+        # reads everything of the prefix; writes only per-slot keys, never a thread's
+        base = keys[: -len("*")]
+        writable = [f"~{base}*}}:{kind}" for kind in SLOT_KINDS if kind != "audit"]
+        patterns, commands = [f"%R~{keys}", *writable], PROJECTOR_COMMANDS
+    if tuple(server_version) < _WAITAOF:
+        commands = tuple(c for c in commands if c not in ("waitaof", "client|setinfo"))
+    if tuple(server_version) < (7, 0):
+        # 7.0's: CLUSTER SHARDS, and EVALSHA_RO (what a read-only user runs scripts with)
+        commands = tuple(c for c in commands if c not in ("cluster|shards", "evalsha_ro"))
+    return ["resetkeys", *patterns, "resetchannels", "-@all", *(f"+{c}" for c in commands)]

@@ -38,8 +38,10 @@ from ._base import (
     StreamSaverBase,
     check_client,
     key_of,
+    needs_read_only,
     page_limit,
     pipelined,
+    script_command,
     what,
 )
 from ._chain import ChainCheck
@@ -115,6 +117,8 @@ class AsyncRedisStreamSaver(StreamSaverBase):
         )
         self.client = client
         self._scripts = {name: client.register_script(src) for name, src in SOURCES.items()}
+        # set at the first NOPERM of a read-only script: the user may only read (_base.py)
+        self._read_only = False
         self._projections.cluster = isinstance(client, AsyncRedisCluster)
         self.server_version: tuple[int, ...] | None = None
         try:
@@ -196,7 +200,7 @@ class AsyncRedisStreamSaver(StreamSaverBase):
                 if wait is not None:
                     return await self._execute_durably(op, wait, moves)  # type: ignore[arg-type]
                 if isinstance(op, Eval):
-                    return await self._scripts[op.script](keys=list(op.keys), args=list(op.args))
+                    return await self._eval(op)
                 if isinstance(op, Call):
                     return await self.client.execute_command(*op.args)
                 return await self._scan_logs(op, moves)
@@ -245,21 +249,52 @@ class AsyncRedisStreamSaver(StreamSaverBase):
             for node in client.get_primaries()
         }
 
+    async def _eval(self, op: Eval) -> Any:
+        script = self._scripts[op.script]
+        if script_command(op, self._read_only) == "EVALSHA":
+            try:
+                return await script(keys=list(op.keys), args=list(op.args))
+            except ResponseError as exc:
+                if not needs_read_only(op, exc, self._read_only):
+                    raise
+                self._read_only = True
+        client: Any = self.client
+        for _ in range(2):
+            try:
+                return await client.evalsha_ro(script.sha, len(op.keys), *op.keys, *op.args)
+            except NoScriptError:  # the server restarted or failed over
+                await client.script_load(script.script)
+        return await client.evalsha_ro(script.sha, len(op.keys), *op.keys, *op.args)
+
+    async def _pipeline(self, ops: Sequence[Eval | Call]) -> builtins.list[Any]:
+        pipe = self.client.pipeline(transaction=False)
+        for one in ops:
+            pipe.execute_command(*pipelined(self._scripts, one, self._read_only))
+        return await pipe.execute(raise_on_error=False)
+
     async def _execute_each(self, op: Each, moves: Moves) -> builtins.list[Any]:
         replies: builtins.list[Any] = [None] * len(op.ops)
         todo = list(range(len(op.ops)))
         while todo:
-            pipe = self.client.pipeline(transaction=False)
-            for i in todo:
-                pipe.execute_command(*pipelined(self._scripts, op.ops[i]))
-            for i, reply in zip(todo, await pipe.execute(raise_on_error=False), strict=True):
-                one = op.ops[i]
-                if isinstance(one, Eval) and isinstance(reply, NoScriptError):
-                    try:
-                        script = self._scripts[one.script]
-                        reply = await script(keys=list(one.keys), args=list(one.args))
-                    except (ResponseError, ClusterError) as exc:
-                        reply = exc
+            ops = [op.ops[i] for i in todo]
+            got = await self._pipeline(ops)
+            if any(
+                isinstance(one, Eval) and needs_read_only(one, reply, self._read_only)
+                for one, reply in zip(ops, got, strict=True)
+            ):
+                self._read_only = True
+                got = await self._pipeline(ops)
+            missing = [j for j, r in enumerate(got) if isinstance(r, NoScriptError)]
+            if missing:
+                # a fresh server (or one restarted or failed over): load each script once, then
+                # one more pipeline, never one round trip per script call (an Each may hold 16384)
+                client: Any = self.client
+                for name in {ops[j].script for j in missing}:  # type: ignore[union-attr]
+                    await client.script_load(self._scripts[name].script)
+                again = await self._pipeline([ops[j] for j in missing])
+                for j, reply in zip(missing, again, strict=True):
+                    got[j] = reply
+            for i, reply in zip(todo, got, strict=True):
                 replies[i] = reply
             # a slot in motion: those ops did not run; the others are not sent again
             moving = [i for i in todo if is_moving(replies[i])]
@@ -414,8 +449,9 @@ class AsyncRedisStreamSaver(StreamSaverBase):
         return await self._run(self._ops.verify(thread_id))
 
     async def athread_ids(self, *, deleted: bool = False) -> builtins.list[str]:
-        """Every thread id under this prefix, sorted (SCAN on every primary; not for hot
-        paths); with ``deleted``, also the threads whose log holds only their deletion."""
+        """Every thread id under this prefix, sorted (from the per-slot thread indexes, one
+        script per slot, never SCAN; not for hot paths); with ``deleted``, also the threads
+        whose log holds only their deletion."""
         return await self._run(self._ops.threads(deleted))
 
     # --- the audit trail (streamsaver.audit, docs/audit.md); see RedisStreamSaver -------------
@@ -612,7 +648,7 @@ class AsyncRedisStreamSaver(StreamSaverBase):
         and ``await group.ack(delivery)`` each one handled. An event not acknowledged within
         ``min_idle_ms`` (a crashed or stuck member) is delivered again, to whichever member
         claims it (every ``claim_ms``, default ``min_idle_ms / 2``); one delivered
-        ``max_deliveries`` times is parked in ``<prefix>:parked:{<slot>}`` instead. Members
+        ``max_deliveries`` times is parked in ``<prefix>:{<slot>}:parked`` instead. Members
         idle ``reap_idle_ms`` with nothing pending are deleted; ``aclose()`` deletes this one
         unless entries are still pending for it. ``start`` (``"$"``, ``"0"`` or an id) is
         where a group created now begins on the feeds that exist."""

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from ._base import DEFAULT_PREFIX
-from ._errors import StreamSaverError
+from ._errors import InvalidInputError, StreamSaverError
 from .events import SkippedEvent, ThreadInfo
 from .tailing import Tail, TailAll
 
@@ -61,24 +61,47 @@ def build_parser(
             description="One line per thread, newest activity first: last activity (UTC), "
             "step and id of its latest root checkpoint, 'interrupted' when that checkpoint "
             "waits on an interrupt, and the thread id. Read from the projector's registry "
-            "plus the events it has not applied yet; without a projector, from a scan.",
+            "plus the events it has not applied yet; without a projector, from the per-slot "
+            "thread indexes.",
         )
         common_options(cmd)
         cmd.add_argument("--limit", type=int, metavar="N", help="at most N threads")
         cmd.add_argument("--json", action="store_true", help="one JSON object per line")
         cmd = sub.add_parser(
             "acl",
-            help="print the ACL SETUSER command for a least-privilege saver user",
-            description="Print an ACL SETUSER command that allows exactly the commands a saver "
-            "uses, on the keys of one prefix only. Replace <password> before running it.",
+            help="print the ACL SETUSER command for a least-privilege user of one prefix",
+            description="Print an ACL SETUSER command that allows exactly the commands a role "
+            "uses, on the keys of one prefix only (every key of a prefix starts with "
+            "'<prefix>:{', which no other prefix's keys do). No role may SCAN, KEYS, CLIENT "
+            "UNBLOCK/KILL, FLUSH*, CONFIG or DEBUG. Replace <password> before running it.",
+            epilog="roles: saver = a tenant's application (graphs, tail, consumer groups, "
+            "audit, rebuild, delete, prune, copy, listing); reader = read-only (tail, history, "
+            "audit verify, get/list/threads); projector = reads the prefix, writes only its "
+            "per-slot keys. The reader and projector roles need Redis 7.0+ (%R~ patterns).",
         )
         cmd.add_argument("--prefix", default=DEFAULT_PREFIX, help="the saver's key prefix")
         cmd.add_argument("--user", default="streamsaver", help="the ACL user name")
         cmd.add_argument(
+            "--role", choices=("saver", "reader", "projector"), default="saver",
+            help="what the user may do (default: saver)",
+        )  # fmt: skip
+        cmd.add_argument(
             "--server-version",
             default="7.2",
-            help="the Redis version the rules are for; before 7.2 WAITAOF is left out",
+            metavar="X.Y",
+            help="the Redis version the rules are for (Valkey: the redis_version it reports, "
+            "7.2 for Valkey 8 and 9); WAITAOF only from 7.2, the reader and projector roles "
+            "from 7.0 (default: 7.2)",
         )
+    cmd = sub.add_parser(
+        "migrate-keys",
+        help="move a prefix's keys from the layout before tenant-tight ACL patterns",
+        description="Rename the per-slot keys of the old layout (<prefix>:<kind>:{<slot tag>}) "
+        "to <prefix>:{<slot tag>}:<kind> and add every existing thread to its slot's thread "
+        "index. Run once per prefix, as an admin (needs SCAN, RENAMENX), with the prefix's "
+        "writers stopped; running it again changes nothing. See docs/keyspace.md.",
+    )
+    common_options(cmd)
     cmd = sub.add_parser(
         "rebuild",
         help="rebuild thread indexes by replaying their event logs",
@@ -112,6 +135,23 @@ def build_parser(
     return parser
 
 
+def _version(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in text.split("."))
+    except ValueError:
+        raise InvalidInputError(
+            f"--server-version {text!r} is not a version: give it as X.Y, e.g. 7.0"
+        ) from None
+
+
+def _cli_word(word: str) -> str:
+    """``word`` as redis-cli reads it back: quoted when it holds a space or a quote, since a
+    prefix may hold any character but ``{``, ``}`` and newlines."""
+    if word and not any(c.isspace() or c in "\"'" for c in word):
+        return word
+    return '"' + word.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
 def main(argv: Sequence[str] | None = None, *, prog: str = "streamsaver", demo: bool = True) -> int:
     args = build_parser(prog, demo).parse_args(argv)
     try:
@@ -122,11 +162,9 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "streamsaver", demo: 
         if args.command == "acl":
             from .acl import acl_rules
 
-            print(
-                " ".join(
-                    ["ACL SETUSER", args.user, "on", ">" + "<password>", *acl_rules(args.prefix)]
-                )
-            )
+            rules = acl_rules(args.prefix, _version(args.server_version), args.role)
+            words = ["ACL", "SETUSER", args.user, "on", ">" + "<password>", *rules]
+            print(" ".join(map(_cli_word, words)))
             return 0
         if args.command == "tail":
             return _tail(args, prog)
@@ -141,6 +179,8 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "streamsaver", demo: 
 
 
 def _maintain(args: argparse.Namespace, prog: str) -> int:
+    from redis.exceptions import NoPermissionError
+
     from .maintenance import progress_bar, rebuild_threads, verify_threads
     from .saver import RedisStreamSaver
 
@@ -148,10 +188,26 @@ def _maintain(args: argparse.Namespace, prog: str) -> int:
         print(f"{prog}: no Redis to talk to: pass --url or set $REDIS_URL", file=sys.stderr)
         return 2
     with RedisStreamSaver.from_conn_string(args.url, prefix=args.prefix) as saver:
+        if args.command == "migrate-keys":
+            done = saver.migrate_keys()
+            for old in done.conflicts:
+                print(f"left {old}: its new name is taken (a writer ran before the migration)")
+            print(f"moved {done.moved} keys; indexed {done.indexed} threads")
+            return 1 if done.conflicts else 0
         if args.command == "threads":
             for info in saver.threads(limit=args.limit):
                 print(info.model_dump_json() if args.json else _thread_line(info))
             return 0
+        if args.all and args.command == "rebuild":
+            # the thread indexes are derived too: only a SCAN finds logs they lost
+            try:
+                saver.reindex_threads()
+            except NoPermissionError:
+                print(
+                    f"{prog}: this user may not SCAN: rebuilding the threads the thread "
+                    "indexes name (run as an admin to find every log)",
+                    file=sys.stderr,
+                )
         # a deleted thread's log is rebuilt and verified too: it refuses its stale writers
         targets = saver.thread_ids(deleted=True) if args.all else args.thread
         if args.command == "rebuild":

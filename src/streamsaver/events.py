@@ -165,7 +165,7 @@ class ThreadDeletion(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    id: str = Field(description="entry id in <prefix>:audit:{<slot tag>}")
+    id: str = Field(description="entry id in <prefix>:{<slot tag>}:audit")
     thread_id: str
     timestamp: datetime = Field(description="when the thread was deleted, UTC")
     events: int = Field(description="how many events the deleted log held")

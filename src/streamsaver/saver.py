@@ -39,14 +39,17 @@ from ._base import (
     StreamSaverBase,
     check_client,
     key_of,
+    needs_read_only,
     page_limit,
     pipelined,
+    script_command,
     what,
 )
 from ._chain import ChainCheck
 from ._durability import DurabilityMode
 from ._errors import InvalidInputError, translate, unavailable
 from ._history import delta_channel_history
+from ._migrate import Migrated, migrate_keys, reindex_threads
 from ._moves import DEFAULT_SLOT_MOVE_TIMEOUT_S, Moves, is_demoted, is_moving, scan_plan
 from ._ops import Call, Each, Eval, Flow, Op, Replay, ScanLogs, T, drive, iterate
 from ._projection import Applied
@@ -119,6 +122,8 @@ class RedisStreamSaver(StreamSaverBase):
         )
         self.client = client
         self._scripts = {name: client.register_script(src) for name, src in SOURCES.items()}
+        # set at the first NOPERM of a read-only script: the user may only read (_base.py)
+        self._read_only = False
         self._projections.cluster = isinstance(client, RedisCluster)
         self.server_version: tuple[int, ...] | None = None
 
@@ -192,7 +197,7 @@ class RedisStreamSaver(StreamSaverBase):
                 if wait is not None:
                     return self._execute_durably(op, wait, moves)  # type: ignore[arg-type]
                 if isinstance(op, Eval):
-                    return self._scripts[op.script](keys=list(op.keys), args=list(op.args))
+                    return self._eval(op)
                 if isinstance(op, Call):
                     return self.client.execute_command(*op.args)  # type: ignore[no-untyped-call]
                 return self._scan_logs(op, moves)
@@ -232,6 +237,29 @@ class RedisStreamSaver(StreamSaverBase):
             moved = TryAgainError(f"the cluster layout changed during a SCAN for {op.pattern!r}")
             time.sleep(moves.wait(moved))
 
+    def _eval(self, op: Eval) -> Any:
+        script = self._scripts[op.script]
+        if script_command(op, self._read_only) == "EVALSHA":
+            try:
+                return script(keys=list(op.keys), args=list(op.args))
+            except ResponseError as exc:
+                if not needs_read_only(op, exc, self._read_only):
+                    raise
+                self._read_only = True
+        client: Any = self.client
+        for _ in range(2):
+            try:
+                return client.evalsha_ro(script.sha, len(op.keys), *op.keys, *op.args)
+            except NoScriptError:  # the server restarted or failed over
+                client.script_load(script.script)
+        return client.evalsha_ro(script.sha, len(op.keys), *op.keys, *op.args)
+
+    def _pipeline(self, ops: Sequence[Eval | Call]) -> builtins.list[Any]:
+        pipe = self.client.pipeline(transaction=False)
+        for one in ops:
+            pipe.execute_command(*pipelined(self._scripts, one, self._read_only))
+        return pipe.execute(raise_on_error=False)
+
     def _views(self) -> dict[str, Any]:
         """Each primary's CLUSTER NODES (scan_plan)."""
         client: Any = self.client
@@ -244,17 +272,25 @@ class RedisStreamSaver(StreamSaverBase):
         replies: builtins.list[Any] = [None] * len(op.ops)
         todo = list(range(len(op.ops)))
         while todo:
-            pipe = self.client.pipeline(transaction=False)
-            for i in todo:
-                pipe.execute_command(*pipelined(self._scripts, op.ops[i]))
-            for i, reply in zip(todo, pipe.execute(raise_on_error=False), strict=True):
-                one = op.ops[i]
-                if isinstance(one, Eval) and isinstance(reply, NoScriptError):
-                    # the server restarted or failed over: the Script loads itself and retries
-                    try:
-                        reply = self._scripts[one.script](keys=list(one.keys), args=list(one.args))
-                    except (ResponseError, ClusterError) as exc:
-                        reply = exc
+            ops = [op.ops[i] for i in todo]
+            got = self._pipeline(ops)
+            if any(
+                isinstance(one, Eval) and needs_read_only(one, reply, self._read_only)
+                for one, reply in zip(ops, got, strict=True)
+            ):
+                self._read_only = True
+                got = self._pipeline(ops)
+            missing = [j for j, r in enumerate(got) if isinstance(r, NoScriptError)]
+            if missing:
+                # a fresh server (or one restarted or failed over): load each script once, then
+                # one more pipeline, never one round trip per script call (an Each may hold 16384)
+                client: Any = self.client
+                for name in {ops[j].script for j in missing}:  # type: ignore[union-attr]
+                    client.script_load(self._scripts[name].script)
+                again = self._pipeline([ops[j] for j in missing])
+                for j, reply in zip(missing, again, strict=True):
+                    got[j] = reply
+            for i, reply in zip(todo, got, strict=True):
                 replies[i] = reply
             # a slot in motion: those ops did not run; the others are not sent again
             moving = [i for i in todo if is_moving(replies[i])]
@@ -404,9 +440,20 @@ class RedisStreamSaver(StreamSaverBase):
         the event or index entry; no problems means consistent."""
         return self._run(self._ops.verify(thread_id))
 
+    def migrate_keys(self) -> Migrated:
+        """Move this prefix's keys from the layout before 0.x (docs/keyspace.md). An admin's
+        one-shot job, with the prefix's writers stopped: it needs SCAN and RENAME."""
+        return self._run(migrate_keys(self.prefix))
+
+    def reindex_threads(self) -> int:
+        """Index every thread log under the prefix (after derived keys were lost); returns how
+        many were missing. Needs SCAN: an admin's job, which ``rebuild --all`` runs."""
+        return self._run(reindex_threads(self.prefix))
+
     def thread_ids(self, *, deleted: bool = False) -> builtins.list[str]:
-        """Every thread id under this prefix, sorted (SCAN on every primary; not for hot
-        paths); with ``deleted``, also the threads whose log holds only their deletion."""
+        """Every thread id under this prefix, sorted (from the per-slot thread indexes, one
+        script per slot, never SCAN; not for hot paths); with ``deleted``, also the threads
+        whose log holds only their deletion."""
         return self._run(self._ops.threads(deleted))
 
     # --- the audit trail (streamsaver.audit, docs/audit.md) -----------------------------------
@@ -444,7 +491,8 @@ class RedisStreamSaver(StreamSaverBase):
     ) -> builtins.list[ThreadInfo]:
         """Threads newest activity first (ties by thread id): a page of ``limit`` after
         ``after`` (the last of the previous page). From the projector's registry plus the
-        events it has not applied yet; without a projector, from a scan (docs/projector.md)."""
+        events it has not applied yet; without a projector, from the thread indexes
+        (docs/projector.md)."""
         return self._run(self._projections.threads(page_limit(limit), after))
 
     def projector_lag(self) -> ProjectorLag:
@@ -613,7 +661,7 @@ class RedisStreamSaver(StreamSaverBase):
         and ``group.ack(delivery)`` each one handled. An event not acknowledged within
         ``min_idle_ms`` (a crashed or stuck member) is delivered again, to whichever member
         claims it (every ``claim_ms``, default ``min_idle_ms / 2``); one delivered
-        ``max_deliveries`` times is parked in ``<prefix>:parked:{<slot>}`` instead. Members
+        ``max_deliveries`` times is parked in ``<prefix>:{<slot>}:parked`` instead. Members
         idle ``reap_idle_ms`` with nothing pending are deleted; ``close()`` deletes this one
         unless entries are still pending for it. ``start`` (``"$"``, ``"0"`` or an id) is
         where a group created now begins on the feeds that exist."""

@@ -10,14 +10,16 @@ acknowledgements, group scripts; pointer fetches on a cluster) is pipelined on t
 client.
 
 Stopping: leaving a ``for`` loop (or ``close()`` / ``aclose()``) ends a tail at once; its
-connection is closed. ``stop()`` from another thread ends a blocked read at once with
-``CLIENT UNBLOCK`` (without that permission, within ``block_ms``). An asyncio tail also ends
+connection is closed. ``stop()`` from another thread ends a blocked read at once by shutting
+that connection down: it needs no ``CLIENT UNBLOCK``, a permission that would let any user
+abort any other's blocking reads. An asyncio tail also ends
 when its task is cancelled.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 import threading
@@ -128,12 +130,12 @@ def default_consumer_name() -> str:
 
 
 class _Dedicated:
-    """One connection of the tail's own, and the server's id for it (for CLIENT UNBLOCK)."""
+    """One connection of the tail's own: ``stop()`` ends a blocked read by closing it."""
 
     def __init__(self, conn: Any, node: Any) -> None:
         self.conn = conn
         self.node = node  # the cluster node it talks to, None on a standalone server
-        self.client_id: int | None = None
+        self.connected = False
 
 
 class _SyncIO:
@@ -202,13 +204,9 @@ class _SyncIO:
         if dedicated is None:
             dedicated = _Dedicated(pool.connection_class(**pool.connection_kwargs), node)
             self.dedicated[name] = dedicated
-        if dedicated.client_id is None:
+        if not dedicated.connected:
             dedicated.conn.connect()
-            try:
-                dedicated.conn.send_command("CLIENT", "ID")
-                dedicated.client_id = int(dedicated.conn.read_response())
-            except ResponseError:  # no permission: stop() then waits out the block time
-                dedicated.client_id = -1
+            dedicated.connected = True
         return dedicated
 
     def _on_own(self, key: str | None, exchange: Callable[[_Dedicated], R]) -> R:
@@ -234,6 +232,11 @@ class _SyncIO:
                 return dedicated.conn.read_response(timeout=op.block_ms / 1000 + _GRACE_S)
             except ResponseError as exc:
                 return exc
+            except _NETWORK:
+                if self.stopped.is_set():  # stop() shut the connection down
+                    self.close_connections()
+                    return None
+                raise
             finally:
                 with self.lock:
                     self.blocked = None
@@ -296,23 +299,18 @@ class _SyncIO:
         self.dedicated.clear()
 
     def stop(self) -> None:
-        """End the tail: at once if it waits in a blocking read (CLIENT UNBLOCK), else at its
-        next step. Safe from any thread."""
+        """End the tail: at once if it waits in a blocking read, else at its next step. Safe
+        from any thread. The blocked read's own connection is shut down, which wakes the
+        reading thread; the server drops the read when it sees the connection close."""
         self.stopped.set()
-        deadline = time.monotonic() + 1.0
-        while time.monotonic() < deadline:
-            with self.lock:
-                target = self.blocked
-            if target is None or target.client_id is None or target.client_id < 0:
-                return
-            try:
-                options = {"target_nodes": target.node} if target.node is not None else {}
-                if self.client.execute_command("CLIENT", "UNBLOCK", target.client_id, **options):
-                    return
-            except (ResponseError, *_NETWORK):
-                return
-            # the read is not at the server yet: try again in a moment
-            time.sleep(0.005)
+        # the reader marks itself blocked before it checks stopped, and this reads the mark
+        # after setting stopped: either the reader sees stopped, or this sees the mark
+        with self.lock:
+            target = self.blocked
+        sock = getattr(target.conn, "_sock", None) if target is not None else None
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
 
     def close(self) -> None:
         self.stopped.set()
@@ -573,6 +571,7 @@ class _AsyncIO:
         self.dedicated: dict[str, _Dedicated] = {}
         self.stopped = threading.Event()
         self.blocked: _Dedicated | None = None
+        self.wake: asyncio.Event | None = None
 
     async def execute(self, op: TailOp) -> Any:
         _raise_swallowed_cancel()
@@ -639,13 +638,9 @@ class _AsyncIO:
         if dedicated is None:
             dedicated = _Dedicated(cls(**kwargs), node)
             self.dedicated[name] = dedicated
-        if dedicated.client_id is None:
+        if not dedicated.connected:
             await dedicated.conn.connect()
-            try:
-                await dedicated.conn.send_command("CLIENT", "ID")
-                dedicated.client_id = int(await dedicated.conn.read_response())
-            except ResponseError:
-                dedicated.client_id = -1
+            dedicated.connected = True
         return dedicated
 
     async def _on_own(self, key: str | None, exchange: Callable[[_Dedicated], Awaitable[R]]) -> R:
@@ -669,13 +664,30 @@ class _AsyncIO:
             if self.stopped.is_set():
                 return None
             self.blocked = dedicated
+            wake = self.wake = asyncio.Event()
             try:
                 await dedicated.conn.send_command(*op.args)
-                return await dedicated.conn.read_response(timeout=op.block_ms / 1000 + _GRACE_S)
+                read = asyncio.ensure_future(
+                    dedicated.conn.read_response(timeout=op.block_ms / 1000 + _GRACE_S)
+                )
+                woken = asyncio.ensure_future(wake.wait())
+                try:
+                    await asyncio.wait({read, woken}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    woken.cancel()
+                    if not read.done():
+                        # stopped (or cancelled): the reply, if any, would arrive on a
+                        # connection nobody reads, so it is dropped
+                        read.cancel()
+                        with contextlib.suppress(BaseException):
+                            await read
+                        await self._drop()
+                return read.result() if not read.cancelled() else None
             except ResponseError as exc:
                 return exc
             finally:
                 self.blocked = None
+                self.wake = None
 
         moves = Moves(self.move_timeout_s, "a tail's blocking read")
         while not self.stopped.is_set():
@@ -731,14 +743,10 @@ class _AsyncIO:
         self.dedicated.clear()
 
     async def stop(self) -> None:
+        """End the tail; a blocked read returns at once (its connection is dropped)."""
         self.stopped.set()
-        target = self.blocked
-        if target is not None and target.client_id is not None and target.client_id >= 0:
-            options = {"target_nodes": target.node} if target.node is not None else {}
-            try:
-                await self.client.execute_command("CLIENT", "UNBLOCK", target.client_id, **options)
-            except (ResponseError, *_NETWORK):
-                pass
+        if self.wake is not None:
+            self.wake.set()
 
     async def close(self) -> None:
         self.stopped.set()

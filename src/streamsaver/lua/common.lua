@@ -173,13 +173,27 @@ local function append_event(log, fields)
   return redis.call('XADD', log, '*', unpack(fields)), dg
 end
 
+-- The slot's thread index, named after its feed (streamsaver/_feed.py: '<prefix>:{<slot tag>}:'
+-- then 'feed' or 'threads'): derived from the feed key rather than passed, so every script
+-- that appends keeps its KEYS, and it always shares the feed's slot.
+local function thread_index(feed)
+  return string.sub(feed, 1, #feed - 4) .. 'threads'
+end
+
 -- The feed: every event appended to a thread's log is announced, in the same script, by a small
 -- pointer entry in the feed of the log's own slot, which tail_all and consumer groups read. It
 -- is derived and trimmed (approximate MAXLEN); no script reads it, so replay never needs it.
--- maxlen 0 (or no feed key) announces nothing.
+-- maxlen 0 announces nothing, but the thread still joins its slot's index: listing threads
+-- reads the indexes, never SCAN (a permission that would show every tenant's key names).
 local function notify(feed, maxlen, id, f)
   maxlen = tonumber(maxlen) or 0
-  if feed == nil or maxlen <= 0 then
+  if feed == nil then
+    return
+  end
+  if f.thread then
+    redis.call('SADD', thread_index(feed), f.thread)
+  end
+  if maxlen <= 0 then
     return
   end
   redis.call('XADD', feed, 'MAXLEN', '~', maxlen, '*', 't', f.thread or '', 'e', id,
