@@ -22,7 +22,7 @@ from redis.cluster import RedisCluster
 
 from streamsaver import RedisStreamSaver, UnsupportedServerError
 from streamsaver._feed import SLOT_KINDS, feed_of_log, slot_key, slot_of, threads_key
-from streamsaver._keys import key_pattern, thread_keys, tombstone_of
+from streamsaver._keys import key_pattern, thread_keys
 from streamsaver._scripts import SOURCES
 from streamsaver.acl import acl_rules
 from streamsaver.embedded import EmbeddedRedis
@@ -108,7 +108,6 @@ def _keys_of(prefix: str) -> list[str]:
     slot = slot_of(log)
     return [
         *keys,
-        tombstone_of(keys),
         keys.ix + ":verify",
         *(slot_key(prefix, slot, kind) for kind in SLOT_KINDS),
     ]

@@ -19,7 +19,6 @@ from streamsaver._keys import (
     scratch_keys,
     thread_id_of,
     thread_keys,
-    tombstone_of,
     validate_prefix,
 )
 from tests.strategies import hostile_text
@@ -92,7 +91,7 @@ def test_every_key_of_a_prefix_is_under_its_pattern_and_no_others(
     for p in (prefix, other):
         if not p or any(c in p for c in "{}\r\n"):
             return
-    keys = [*thread_keys(prefix, thread_id), tombstone_of(thread_keys(prefix, thread_id))]
+    keys = list(thread_keys(prefix, thread_id))
     slot = slot_of(keys[0])
     keys += [slot_key(prefix, slot, kind) for kind in SLOT_KINDS]
     for key in keys:
@@ -105,6 +104,6 @@ def test_per_slot_keys_never_collide_with_a_threads_keys() -> None:
     for slot in (0, 1, 8000, 16383):
         # the thread whose tag is the slot tag lives in the same slot, under the same tag
         keys = thread_keys("p", slot_tag(slot))
-        theirs = {*keys, tombstone_of(keys), *scratch_keys(keys)}
+        theirs = {*keys, *scratch_keys(keys)}
         assert not theirs & {slot_key("p", slot, kind) for kind in SLOT_KINDS}
         assert all(slot_of(slot_key("p", slot, kind)) == slot for kind in SLOT_KINDS)
