@@ -488,7 +488,8 @@ def test_migrate_keys_moves_the_old_layout_under_the_prefix_pattern(
         before = saver.deletions("b")
         assert saver.thread_ids() == [] and before == []
         done = saver.migrate_keys()
-        assert done.conflicts == [] and done.indexed == 2 and done.moved >= 5
+        # "b" too: its log holds its deletion, which refuses stale writers (listings skip it)
+        assert done.conflicts == [] and done.indexed == 3 and done.moved >= 5
         assert saver.thread_ids() == ["a", "c:{x}"]
         assert [d.thread_id for d in saver.deletions("b")] == ["b"]
         assert {i.thread_id for i in saver.threads()} == {"a", "c:{x}"}

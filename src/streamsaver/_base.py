@@ -42,6 +42,14 @@ def check_client(client: object, saver: str) -> None:
         )
 
 
+def config_readable(client: object) -> bool:
+    """Whether setup may ask CONFIG GET: not for a named ACL user, which a least-privilege
+    setup denies CONFIG (streamsaver.acl), so asking would only fill the server's ACL LOG."""
+    get_kwargs = getattr(client, "get_connection_kwargs", None)
+    kwargs = get_kwargs() if get_kwargs is not None else {}
+    return kwargs.get("username") in (None, "default")
+
+
 def _check_ttl(ttl_seconds: object) -> float | None:
     if ttl_seconds is None:
         return None
@@ -170,6 +178,7 @@ class StreamSaverBase(BaseCheckpointSaver[str]):
         vars(clone).update(vars(self))
         clone._ops = clone._operations()
         clone._ops.feed_maxlen = self._ops.feed_maxlen
+        clone._ops.read_config = self._ops.read_config
         return clone
 
     @property

@@ -75,6 +75,9 @@ class ChainCheck:
         # the events' references that do not resolve ("ref <event id> ...", see verify.lua);
         # set by the saver's verify_chain, which checks them in Redis; an export has none
         self.references: list[str] = []
+        # why the references were not checked (a read-only user cannot run the check, which
+        # replays into scratch keys), or None
+        self.unchecked: str | None = None
         self._previous_id: str | None = None
         # a broken link (ch, dg, the id it follows) whose predecessor may turn up later: moved
         self._wanted: tuple[str, str, str] | None = None

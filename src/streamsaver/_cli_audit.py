@@ -154,6 +154,8 @@ def _verify(saver: RedisStreamSaver, targets: list[str]) -> int:
             print(f"{thread_id!r}: BROKEN at {check.problem}")
         for line in check.references:
             print(f"{thread_id!r}: {line}")
+        if check.unchecked:
+            print(f"{thread_id!r}: {check.unchecked}", file=sys.stderr)
         failed += not check.ok
     print(f"verified {len(targets)} thread(s): {failed} broken")
     return 1 if failed else 0

@@ -25,6 +25,7 @@ from langgraph.checkpoint.base import (
     CheckpointTuple,
     get_serializable_checkpoint_metadata,
 )
+from redis.exceptions import NoPermissionError
 
 from ._chain import CHAIN_FIELDS
 from ._codec import _SHARED, CheckpointEvent, Codec, Field, Held, _check_metadata, metadata_form
@@ -38,7 +39,7 @@ from ._errors import (
     NoPersistenceWarning,
     UnsupportedServerError,
 )
-from ._feed import DEFAULT_FEED_MAXLEN, SLOTS, audit_of_log, feed_of_log, threads_key
+from ._feed import DEFAULT_FEED_MAXLEN, SLOTS, audit_of_log, feed_of_log, slot_of, threads_key
 
 if TYPE_CHECKING:
     from ._projection import Projections
@@ -301,6 +302,8 @@ class Operations:
     projections: Projections | None = None
     # accept a server whose maxmemory-policy may evict the saver's keys (see setup)
     allow_eviction: bool = False
+    # ask CONFIG GET for RDB save points (the shells say no for a named ACL user: _base.py)
+    read_config: bool = True
 
     def appending(self, keys: ThreadKeys) -> tuple[str, ...]:
         """Keys of a script that appends to a thread: its three and its slot's feed. Only keys
@@ -335,7 +338,7 @@ class Operations:
         self.durability.check_server(version, info)
         if not self.allow_eviction:
             check_eviction(info, self.ttl_ms > 0)
-        if not _aof_everywhere(info) and not _clustered(info):
+        if self.read_config and not _aof_everywhere(info) and not _clustered(info):
             # RDB save points are only in CONFIG; pipelined (Each), a refusal is a value. A
             # cluster client cannot route a keyless CONFIG GET: there, nothing is said
             (reply,) = yield Each((Call(("CONFIG", "GET", "save")),))
@@ -670,8 +673,14 @@ class Operations:
     def rebuild_many(self, thread_ids: Sequence[str]) -> Flow[builtins.list[Replay]]:
         """Rebuild several threads, their scripts pipelined (one round trip per node): each
         thread is still one atomic script."""
-        keys = [self.keys(thread_id_str(t, "thread_id")) for t in thread_ids]
-        replies = yield Each(tuple(Eval("replay", k, ()) for k in keys))
+        ids = [thread_id_str(t, "thread_id") for t in thread_ids]
+        # the slot's thread index is derived from the logs too: a rebuilt thread is in it
+        replies = yield Each(
+            tuple(
+                Eval("replay", (*k, threads_key(self.prefix, slot_of(k.log))), (t,))
+                for t, k in ((t, self.keys(t)) for t in ids)
+            )
+        )
         out = []
         for reply in replies:
             if isinstance(reply, Exception):
@@ -690,11 +699,18 @@ class Operations:
         applied, skipped, *lines = yield Eval("verify", (*keys, *scratch_keys(keys)), ())
         return int(applied), int(skipped), sorted(d.decode(errors="replace") for d in lines)
 
-    def references(self, thread_id: str) -> Flow[builtins.list[str]]:
+    def references(self, thread_id: str) -> Flow[builtins.list[str] | None]:
         """The references of the log's events that do not resolve, as ``verify`` reports them,
-        without comparing indexes: what an audit of the log itself checks."""
+        without comparing indexes: what an audit of the log itself checks. None when this
+        user may not write the scratch keys the check replays into (a read-only role)."""
         keys = self.keys(thread_id_str(thread_id, "thread_id"))
-        _, _, *lines = yield Eval("verify", (*keys, *scratch_keys(keys)), ("refs",))
+        # pipelined, so a refusal comes back as a value
+        (reply,) = yield Each((Eval("verify", (*keys, *scratch_keys(keys)), ("refs",)),))
+        if isinstance(reply, NoPermissionError):
+            return None
+        if isinstance(reply, Exception):
+            raise reply
+        _, _, *lines = reply
         return sorted(d.decode(errors="replace") for d in lines)
 
     def log_entries(self, thread_id: str) -> Items[Entry]:
@@ -763,9 +779,26 @@ def threads_by_slot(
     if cluster:
         which = list(range(SLOTS) if slots is None else slots)
         replies = yield Each(
-            tuple(Eval("slot_threads", (threads_key(prefix, s),), (prefix,)) for s in which)
+            tuple(
+                Eval("slot_threads", (threads_key(prefix, s),), (prefix, "members")) for s in which
+            )
         )
         groups = [(which[i], reply) for i, reply in enumerate(replies)]
+        for _, reply in groups:
+            if isinstance(reply, Exception):
+                raise reply
+        # which logs exist, each asked where its slot is now (a migration may have split them)
+        named = [
+            (_text(t), g) for g, (_, reply) in enumerate(groups) for _, *ts in reply for t in ts
+        ]
+        alive = yield Each(tuple(Call(("EXISTS", thread_keys(prefix, t).log)) for t, _ in named))
+        kept: dict[int, builtins.list[Any]] = {}
+        for (t, g), exists in zip(named, alive, strict=True):
+            if isinstance(exists, Exception):
+                raise exists
+            if exists:
+                kept.setdefault(g, [1]).append(t)
+        groups = [(slot, [kept[g]] if g in kept else []) for g, (slot, _) in enumerate(groups)]
     else:
         keys = [threads_key(prefix, s) for s in range(SLOTS)]
         groups = [(0, (yield Eval("slot_threads", keys, (prefix,))))]

@@ -38,6 +38,7 @@ from ._base import (
     DEFAULT_PREFIX,
     StreamSaverBase,
     check_client,
+    config_readable,
     key_of,
     needs_read_only,
     page_limit,
@@ -121,6 +122,7 @@ class RedisStreamSaver(StreamSaverBase):
             slot_move_timeout_s=slot_move_timeout_s,
         )
         self.client = client
+        self._ops.read_config = config_readable(client)
         self._scripts = {name: client.register_script(src) for name, src in SOURCES.items()}
         # set at the first NOPERM of a read-only script: the user may only read (_base.py)
         self._read_only = False
