@@ -1,0 +1,403 @@
+"""Every Store operation, written once, as a generator of Redis operations (see ``_ops``).
+
+A ``batch`` is at most two round trips whatever it holds: its reads (gets grouped per bucket,
+each search and namespace listing) pipelined in one, then its puts and deletes (one script per
+bucket, pipelined) and the TTL refreshes its reads asked for. As in ``InMemoryStore``, reads
+see the store as it was before the batch's own writes, and of two puts of one item in a batch
+the last wins. Everything is validated and encoded before the first yield: bad input writes
+nothing.
+"""
+
+from __future__ import annotations
+
+import builtins
+import math
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from langchain_core.runnables.config import var_child_runnable_config
+from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.store.base import (
+    GetOp,
+    InvalidNamespaceError,
+    Item,
+    ListNamespacesOp,
+    Op,
+    PutOp,
+    Result,
+    SearchItem,
+    SearchOp,
+    TTLConfig,
+    validate_op_namespace,
+)
+from langgraph.store.memory import _compare_values, _does_match
+
+from ._chain import ChainCheck
+from ._codec import Field
+from ._errors import DataLostError, InvalidInputError, PayloadTooLargeError
+from ._keys import STORE_BUCKETS, StoreKeys, lp, store_bucket, store_keys
+from ._ops import Each, Eval, Flow, Replay
+
+__all__ = ["StoreOperations", "check_ttl_config"]
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_SWEEP_BATCH = 1000
+_LOG_PAGE = 500
+
+
+def check_ttl_config(ttl: object) -> TTLConfig | None:
+    if ttl is None:
+        return None
+    known = {"default_ttl", "refresh_on_read", "sweep_interval_minutes", "omit_expired"}
+    if not isinstance(ttl, dict) or not set(ttl) <= known:
+        raise InvalidInputError(
+            f"ttl={ttl!r}: give a dict with keys among {sorted(known)}, e.g. "
+            f'{{"default_ttl": 60, "refresh_on_read": True}} (minutes), or None'
+        )
+    if ttl.get("default_ttl") is not None:
+        _ttl_ms(ttl["default_ttl"], "ttl['default_ttl']")
+    sweep = ttl.get("sweep_interval_minutes")
+    if sweep is not None and (not isinstance(sweep, (int, float)) or sweep <= 0):
+        raise InvalidInputError(
+            f"ttl['sweep_interval_minutes']={sweep!r}: give minutes > 0, or None for no sweeper"
+        )
+    return TTLConfig(**ttl)  # type: ignore[typeddict-item]
+
+
+def _ttl_ms(minutes: object, what: str) -> int:
+    if (
+        not isinstance(minutes, (int, float))
+        or isinstance(minutes, bool)
+        or not math.isfinite(minutes)
+        or minutes <= 0
+    ):
+        raise InvalidInputError(
+            f"{what}={minutes!r}: give a number of minutes > 0 after which the item expires, "
+            f"or None to keep it until deleted"
+        )
+    return max(1, math.ceil(minutes * 60_000))
+
+
+def _joined(namespace: tuple[str, ...]) -> str:
+    # labels hold no "." (validate_op_namespace), so joining with it is injective
+    return ".".join(namespace)
+
+
+def _at(us: bytes | int) -> datetime:
+    return _EPOCH + timedelta(microseconds=int(us))
+
+
+def _text(raw: bytes | str) -> str:
+    return raw.decode() if isinstance(raw, bytes) else raw
+
+
+def _split_member(member: bytes) -> tuple[tuple[str, ...], str]:
+    size, _, rest = member.partition(b":")
+    n = int(size)
+    return tuple(rest[:n].decode().split(".")), rest[n:].decode()
+
+
+def _writer() -> tuple[str, str, str]:
+    """(thread, run, node) of the LangGraph run this put happens in, '' when none."""
+    config = var_child_runnable_config.get() or {}
+    configurable = config.get("configurable") or {}
+    metadata = config.get("metadata") or {}
+    run = config.get("run_id") or metadata.get("run_id") or ""
+    return (
+        str(configurable.get("thread_id") or ""),
+        str(run),
+        str(metadata.get("langgraph_node") or ""),
+    )
+
+
+class StoreOperations:
+    """The I/O-free core shared by ``RedisStreamStore`` and ``AsyncRedisStreamStore``."""
+
+    def __init__(
+        self,
+        prefix: str,
+        serde: SerializerProtocol,
+        *,
+        cluster: bool,
+        chain: bool,
+        max_payload_bytes: int,
+        ttl: TTLConfig | None,
+    ) -> None:
+        self.prefix = prefix
+        self.serde = serde
+        # on one server a single script can visit every bucket; a cluster needs one per bucket
+        self.cluster = cluster
+        self.chain = chain
+        self.max_payload_bytes = max_payload_bytes
+        self.ttl = ttl
+
+    def keys(self, bucket: int) -> StoreKeys:
+        return store_keys(self.prefix, bucket)
+
+    def _every_bucket(self, args: Sequence[Field | int]) -> builtins.list[Eval]:
+        buckets = [self.keys(b) for b in range(STORE_BUCKETS)]
+        if self.cluster:
+            return [Eval("store_read", k, args) for k in buckets]
+        return [Eval("store_read", [key for k in buckets for key in k], args)]
+
+    def _refresh(self, asked: bool | None) -> bool:
+        if asked is not None:
+            return asked
+        return bool((self.ttl or {}).get("refresh_on_read", True))
+
+    def _default_ttl(self) -> float | None:
+        return (self.ttl or {}).get("default_ttl")
+
+    def batch(self, ops: Iterable[Op]) -> Flow[builtins.list[Result]]:
+        ops = builtins.list(ops)
+        puts: dict[tuple[tuple[str, ...], str], builtins.list[Field]] = {}
+        writer = _writer()
+        for op in ops:
+            if not isinstance(op, (GetOp, PutOp, SearchOp, ListNamespacesOp)):
+                raise InvalidInputError(
+                    f"unknown store operation {op!r}: give GetOp, PutOp, SearchOp or "
+                    f"ListNamespacesOp"
+                )
+            validate_op_namespace(op)
+            if isinstance(op, PutOp):
+                puts[(op.namespace, op.key)] = self._put_args(op, writer)
+            elif isinstance(op, SearchOp):
+                _check_page(op.limit, op.offset)
+            elif isinstance(op, ListNamespacesOp):
+                _check_page(op.limit, op.offset)
+                if op.max_depth is not None and (
+                    not isinstance(op.max_depth, int) or op.max_depth < 1
+                ):
+                    raise InvalidInputError(
+                        f"max_depth={op.max_depth!r}: give an int >= 1, or None for full depth"
+                    )
+
+        reads: builtins.list[Eval] = []
+        plans: builtins.list[tuple[int, int, Any]] = []  # (first read, what to make of the replies)
+        gets: dict[int, builtins.list[tuple[int, GetOp]]] = {}
+        for i, op in enumerate(ops):
+            if isinstance(op, GetOp):
+                gets.setdefault(store_bucket(_joined(op.namespace)), []).append((i, op))
+        get_at: dict[int, int] = {}
+        for bucket, wanted in gets.items():
+            get_at[bucket] = len(reads)
+            members = [lp(_joined(op.namespace)) + str(op.key) for _, op in wanted]
+            reads.append(Eval("store_read", self.keys(bucket), ("get", *members)))
+        for i, op in enumerate(ops):
+            if isinstance(op, SearchOp):
+                want = -1 if op.filter else op.offset + op.limit
+                plans.append((len(reads), i, op))
+                reads += self._every_bucket(("search", _joined(op.namespace_prefix), want))
+            elif isinstance(op, ListNamespacesOp):
+                plans.append((len(reads), i, op))
+                reads += self._every_bucket(("namespaces",))
+        replies = (yield Each(tuple(reads))) if reads else []
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise _lost(reply)
+
+        results: builtins.list[Result] = [None] * len(ops)
+        touch: dict[int, builtins.list[Field]] = {}
+
+        def refresh(op: GetOp | SearchOp, bucket: int, member: str | bytes, row: Any) -> None:
+            if int(row[-1]) > 0 and self._refresh(op.refresh_ttl):
+                touch.setdefault(bucket, []).extend((member, row[-2]))
+
+        for bucket, wanted in gets.items():
+            for (i, op), row in zip(wanted, replies[get_at[bucket]], strict=True):
+                if row:
+                    results[i] = self._item(op.namespace, op.key, row, Item)
+                    refresh(op, bucket, lp(_joined(op.namespace)) + op.key, row)
+        ends = [p[0] for p in plans[1:]] + ([len(reads)] if plans else [])
+        for (start, i, op), end in zip(plans, ends, strict=True):
+            rows = [row for reply in replies[start:end] for row in reply]
+            if isinstance(op, ListNamespacesOp):
+                results[i] = _namespaces(op, rows)
+                continue
+            found = []
+            for member, *row in rows:
+                namespace, key = _split_member(member)
+                item = self._item(namespace, key, row, SearchItem)
+                if op.filter and not all(
+                    _compare_values(item.value.get(k), v) for k, v in op.filter.items()
+                ):
+                    continue
+                found.append((item, member, row))
+            # newest first across buckets; ties (other servers' clocks) by namespace and key
+            found.sort(key=lambda x: (-int(x[2][1]), x[0].namespace, x[0].key))
+            page = found[op.offset : op.offset + op.limit]
+            results[i] = [item for item, _, _ in page]
+            for item, member, row in page:
+                refresh(op, store_bucket(_joined(item.namespace)), member, row)
+
+        writes: builtins.list[Eval] = []
+        by_bucket: dict[int, builtins.list[Field]] = {}
+        for (namespace, _), args in puts.items():
+            by_bucket.setdefault(store_bucket(_joined(namespace)), []).extend(args)
+        head: tuple[Field | int, ...] = (0, "chain" if self.chain else "")
+        for bucket, args in by_bucket.items():
+            writes.append(Eval("store_write", self.keys(bucket), (*head, *args), write=True))
+        for bucket, args in touch.items():
+            writes.append(
+                Eval("store_expire", self.keys(bucket), (*head, "touch", *args), write=True)
+            )
+        if writes:
+            for reply in (yield Each(tuple(writes))):
+                if isinstance(reply, Exception):
+                    raise reply
+        return results
+
+    def _put_args(self, op: PutOp, writer: tuple[str, str, str]) -> builtins.list[Field]:
+        if not op.namespace:
+            raise InvalidNamespaceError("Namespace cannot be empty.")
+        if not isinstance(op.key, str):
+            raise InvalidInputError(f"key={op.key!r}: give a string")
+        namespace, key = _joined(op.namespace), op.key
+        if op.value is None:
+            return ["mdel", namespace, key, "", "", "", *writer]
+        if not isinstance(op.value, dict):
+            raise InvalidInputError(
+                f"value for key {key!r} in {op.namespace!r} must be a dict, got "
+                f"{type(op.value).__name__}; wrap it, e.g. {{'value': ...}}"
+            )
+        type_, raw = self.serde.dumps_typed(dict(op.value))
+        size = len(raw) + len(namespace) + len(key)
+        if size > self.max_payload_bytes:
+            raise PayloadTooLargeError(size, self.max_payload_bytes, f"item {key!r}")
+        ttl = op.ttl if op.ttl is not None else None
+        ttl_ms = "" if ttl is None else str(_ttl_ms(ttl, "ttl"))
+        return ["mput", namespace, key, type_, raw, ttl_ms, *writer]
+
+    def _item(self, namespace: tuple[str, ...], key: str, row: Any, kind: type[Any]) -> Any:
+        created, updated, type_, raw = row[:4]
+        value = self.serde.loads_typed((_text(type_), raw))
+        return kind(
+            namespace=namespace,
+            key=key,
+            value=value,
+            created_at=_at(created),
+            updated_at=_at(updated),
+        )
+
+    def sweep(self) -> Flow[int]:
+        """Delete (as ``mdel`` events, why ``expired``) every item whose TTL ran out."""
+        head = (0, "chain" if self.chain else "", "sweep", _SWEEP_BATCH)
+        total = 0
+        buckets = builtins.list(range(STORE_BUCKETS))
+        while buckets:
+            ops = tuple(Eval("store_expire", self.keys(b), head, write=True) for b in buckets)
+            replies = yield Each(ops)
+            for reply in replies:
+                if isinstance(reply, Exception):
+                    raise reply
+            total += sum(replies)
+            # a bucket that hit the batch size may hold more
+            buckets = [b for b, n in zip(buckets, replies, strict=True) if n >= _SWEEP_BATCH]
+        return total
+
+    def rebuild(self) -> Flow[Replay]:
+        """Replay every bucket's log into its indexes (one atomic script per bucket)."""
+        ops = tuple(Eval("store_replay", self.keys(b), (), write=True) for b in _all())
+        applied = skipped = 0
+        problems: builtins.list[str] = []
+        for reply in (yield Each(ops)):
+            if isinstance(reply, Exception):
+                raise reply
+            applied += int(reply[0])
+            skipped += int(reply[1])
+            problems += [_text(p) for p in reply[2:]]
+        return Replay(applied, skipped, problems)
+
+    def verify(self) -> Flow[tuple[int, int, builtins.list[str]]]:
+        """Replay every bucket into scratch keys and diff with its indexes: (applied, skipped,
+        problems), each problem ``<bucket> <index> <missing|differs|extra> <member>``."""
+        ops = []
+        for b in _all():
+            keys = self.keys(b)
+            scratch = [k + ":verify" for k in keys[1:]]
+            ops.append(Eval("store_verify", (*keys, *scratch), (), write=True))
+        applied = skipped = 0
+        problems: builtins.list[str] = []
+        for b, reply in zip(_all(), (yield Each(tuple(ops))), strict=True):
+            if isinstance(reply, Exception):
+                raise reply
+            applied += int(reply[0])
+            skipped += int(reply[1])
+            problems += [f"bucket {b} {_text(p)}" for p in reply[2:]]
+        return applied, skipped, sorted(problems)
+
+    def verify_chain(self) -> Flow[builtins.list[tuple[int, ChainCheck]]]:
+        """Walk every bucket's digest chain (the same chain as a thread's, docs/audit.md)."""
+        from ._ops import Call
+
+        out = []
+        for b in _all():
+            check = ChainCheck()
+            start = "-"
+            while True:
+                page = yield Call(("XRANGE", self.keys(b).log, start, "+", "COUNT", _LOG_PAGE))
+                for entry_id, fields in page:
+                    check.add(_text(entry_id), builtins.list(fields.items()))
+                if len(page) < _LOG_PAGE:
+                    break
+                start = "(" + _text(page[-1][0])
+            out.append((b, check))
+        return out
+
+    def history(
+        self, namespace: tuple[str, ...], key: str | None = None
+    ) -> Flow[builtins.list[tuple[str, dict[bytes, bytes]]]]:
+        """The memory events of ``namespace`` (and ``key``), oldest first, from its bucket's log."""
+        from ._ops import Call
+
+        joined = _joined(tuple(namespace))
+        log = self.keys(store_bucket(joined)).log
+        out = []
+        start = "-"
+        while True:
+            page = yield Call(("XRANGE", log, start, "+", "COUNT", _LOG_PAGE))
+            for entry_id, fields in page:
+                if fields.get(b"ns") == joined.encode() and (
+                    key is None or fields.get(b"key") == key.encode()
+                ):
+                    out.append((_text(entry_id), dict(fields)))
+            if len(page) < _LOG_PAGE:
+                return out
+            start = "(" + _text(page[-1][0])
+
+
+def _all() -> range:
+    return range(STORE_BUCKETS)
+
+
+def _check_page(limit: object, offset: object) -> None:
+    for name, value, low in (("limit", limit, 0), ("offset", offset, 0)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < low:
+            raise InvalidInputError(f"{name}={value!r}: give an int >= {low}")
+
+
+def _namespaces(op: ListNamespacesOp, rows: Sequence[bytes]) -> builtins.list[tuple[str, ...]]:
+    """InMemoryStore's listing: match conditions, max_depth, sorted, then the page."""
+    namespaces = [tuple(_text(r).split(".")) for r in rows]
+    if op.match_conditions:
+        namespaces = [
+            ns for ns in namespaces if all(_does_match(c, ns) for c in op.match_conditions)
+        ]
+    if op.max_depth is not None:
+        namespaces = sorted({ns[: op.max_depth] for ns in namespaces})
+    else:
+        namespaces = sorted(set(namespaces))
+    return namespaces[op.offset : op.offset + op.limit]
+
+
+def _lost(reply: Exception) -> Exception:
+    message = str(reply)
+    if "STREAMSAVER_STORE_LOST" not in message:
+        return reply
+    eid = message.split("STREAMSAVER_STORE_LOST", 1)[1].strip()
+    return DataLostError(
+        f"a store index names event {eid}, which its bucket's log no longer holds; run "
+        f"store.verify() to see every such entry, and store.rebuild() to re-project the "
+        f"indexes from the logs"
+    )
