@@ -12,7 +12,7 @@ import asyncio
 import builtins
 import threading
 from collections.abc import AsyncIterator, Iterable, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import asynccontextmanager, contextmanager, suppress
 from typing import Any
 
 import redis
@@ -274,10 +274,8 @@ class AsyncRedisStreamStore(BaseStore):
     async def stop_ttl_sweeper(self) -> None:
         if self._sweeper is not None:
             self._sweeper.cancel()
-            try:
+            with suppress(asyncio.CancelledError):
                 await self._sweeper
-            except asyncio.CancelledError:
-                pass
             self._sweeper = None
 
     async def arebuild(self) -> Replay:

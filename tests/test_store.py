@@ -1,0 +1,418 @@
+"""The Store against InMemoryStore: the same calls on both give the same results.
+
+Order is the one deliberate difference: without a query, streamsaver returns the most recently
+updated first (as PostgresStore does), where InMemoryStore keeps insertion order; the reference
+here is InMemoryStore's results put in that order (the harness knows the order of its puts).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+import redis
+import redis.asyncio as aredis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from langgraph.store.base import GetOp, InvalidNamespaceError, PutOp
+from langgraph.store.memory import InMemoryStore
+
+from streamsaver import (
+    AsyncRedisStreamStore,
+    DataLostError,
+    InvalidInputError,
+    InvalidUsageError,
+    RedisStreamStore,
+)
+from streamsaver._keys import STORE_BUCKETS, store_keys
+
+# labels may hold anything but "." and NUL (BaseStore refuses those)
+LABEL_CHARS = ":{}*?[]$%\\|\n \t~-_é中😀ab"
+labels = st.text(alphabet=st.sampled_from(LABEL_CHARS), min_size=1, max_size=4)
+namespaces = st.lists(labels, min_size=1, max_size=3).map(tuple)
+keys = st.text(alphabet=st.sampled_from(LABEL_CHARS + ".\x00"), max_size=5)
+scalars = st.none() | st.booleans() | st.integers(-5, 5) | st.sampled_from(["x", "y", ""])
+values = st.fixed_dictionaries(
+    {"num": st.integers(-5, 5) | st.floats(-5, 5, allow_nan=False)},
+    optional={
+        "a": scalars,
+        "n": st.fixed_dictionaries({}, optional={"c": scalars, "d": st.lists(scalars, max_size=2)}),
+    },
+)
+operators = st.sampled_from(["$eq", "$ne", "$gt", "$gte", "$lt", "$lte"])
+filters = (
+    st.none()
+    | st.dictionaries(
+        st.sampled_from(["a", "n", "num"]),
+        scalars | st.fixed_dictionaries({"c": scalars}),
+        max_size=2,
+    )
+    | st.builds(lambda op, x: {"num": {op: x}}, operators, st.integers(-5, 5))
+)
+
+
+def _norm(result: Any) -> Any:
+    if result is None:
+        return None
+    if isinstance(result, list) and result and not isinstance(result[0], tuple):
+        return [(i.namespace, i.key, i.value) for i in result]
+    if isinstance(result, list):
+        return result
+    return (result.namespace, result.key, result.value)
+
+
+class Reference:
+    """InMemoryStore, with search results newest first (by the order of the puts), and a
+    namespace listed only while it holds an item (as PostgresStore; InMemoryStore keeps listing
+    a namespace whose items were all deleted)."""
+
+    def __init__(self) -> None:
+        self.store = InMemoryStore()
+        self.order: dict[tuple[tuple[str, ...], str], int] = {}
+        self.seq = 0
+
+    def put(self, namespace: tuple[str, ...], key: str, value: dict[str, Any] | None) -> None:
+        if value is None:
+            self.store.delete(namespace, key)
+            self.order.pop((namespace, key), None)
+            if not self.store._data.get(namespace, True):
+                del self.store._data[namespace]
+        else:
+            self.store.put(namespace, key, value)
+            self.seq += 1
+            self.order[(namespace, key)] = self.seq
+
+    def search(self, prefix: tuple[str, ...], **kw: Any) -> list[Any]:
+        limit, offset = kw.pop("limit", 10), kw.pop("offset", 0)
+        found = self.store.search(prefix, limit=10**6, **kw)
+        found.sort(key=lambda i: -self.order[(i.namespace, i.key)])
+        return found[offset : offset + limit]
+
+
+@pytest.fixture
+def store(redis_url: str, prefix: str) -> Iterator[RedisStreamStore]:
+    client = redis.Redis.from_url(redis_url)
+    yield RedisStreamStore(client, prefix=prefix)
+    client.close()
+
+
+@pytest.fixture
+async def astore(redis_url: str, prefix: str) -> AsyncIterator[AsyncRedisStreamStore]:
+    client = aredis.Redis.from_url(redis_url)
+    yield AsyncRedisStreamStore(client, prefix=prefix + "-async")
+    await client.aclose()
+
+
+def test_get_put_delete_like_in_memory(store: RedisStreamStore) -> None:
+    ref = Reference()
+    for s in (ref, store):
+        s.put(("users", "1"), "prefs", {"theme": "dark"})
+        s.put(("users", "1"), "prefs", {"theme": "light"})
+        s.put(("users", "2"), "a:b{c}", {"n": 1})
+    for ns, key in [(("users", "1"), "prefs"), (("users", "2"), "a:b{c}"), (("users",), "x")]:
+        assert _norm(store.get(ns, key)) == _norm(ref.store.get(ns, key))
+    store.delete(("users", "1"), "prefs")
+    assert store.get(("users", "1"), "prefs") is None
+    assert store.list_namespaces() == [("users", "2")]
+
+
+def test_timestamps(store: RedisStreamStore) -> None:
+    store.put(("a",), "k", {"v": 1})
+    first = store.get(("a",), "k")
+    store.put(("a",), "k", {"v": 2})
+    second = store.get(("a",), "k")
+    assert first is not None and second is not None
+    assert first.created_at == first.updated_at
+    # an update keeps created_at (as PostgresStore does) and moves updated_at
+    assert second.created_at == first.created_at
+    assert second.updated_at > first.updated_at
+    assert second.updated_at.tzinfo is not None
+
+
+def test_search_newest_first_with_limit_offset(store: RedisStreamStore) -> None:
+    for i in range(12):
+        store.put(("docs", str(i % 3)), f"k{i}", {"i": i})
+    found = store.search(("docs",), limit=5, offset=2)
+    assert [i.value["i"] for i in found] == [9, 8, 7, 6, 5]
+    store.put(("docs", "0"), "k0", {"i": 100})
+    assert store.search(("docs",), limit=1)[0].key == "k0"
+    # query is accepted and ignored: the same order, no score
+    assert [i.key for i in store.search(("docs",), query="anything", limit=3)] == [
+        "k0",
+        "k11",
+        "k10",
+    ]
+
+
+def test_namespace_listing(store: RedisStreamStore) -> None:
+    ref = Reference()
+    for ns in [("a", "b", "c"), ("a", "x"), ("b", "b"), ("a", "b", "d", "e")]:
+        for s in (ref, store):
+            s.put(ns, "k", {"v": 1})
+    calls: list[dict[str, Any]] = [
+        {},
+        {"prefix": ("a",)},
+        {"prefix": ("a", "*")},
+        {"suffix": ("b",)},
+        {"prefix": ("*", "b")},
+        {"max_depth": 2},
+        {"prefix": ("a",), "max_depth": 1},
+        {"limit": 2, "offset": 1},
+    ]
+    for kw in calls:
+        assert store.list_namespaces(**kw) == ref.store.list_namespaces(**kw), kw
+    store.delete(("a", "x"), "k")
+    assert ("a", "x") not in store.list_namespaces()
+
+
+def test_bad_input_writes_nothing(store: RedisStreamStore, redis_client: redis.Redis) -> None:
+    with pytest.raises(InvalidNamespaceError):
+        store.put(("a.b",), "k", {"v": 1})
+    with pytest.raises(InvalidNamespaceError):
+        store.put((), "k", {"v": 1})
+    with pytest.raises(InvalidInputError, match="must be a dict"):
+        store.batch([PutOp(("a",), "k1", {"v": 1}), PutOp(("a",), "k2", [1])])  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError, match="ttl"):
+        store.put(("a",), "k", {"v": 1}, ttl=-1)
+    with pytest.raises(InvalidInputError, match="semantic"):
+        RedisStreamStore(redis_client, index={"dims": 1})  # type: ignore[arg-type]
+    with pytest.raises(InvalidNamespaceError):
+        store.batch([GetOp(("a", ""), "k")])
+    assert store.list_namespaces() == []
+
+
+def test_batch_reads_before_its_writes(store: RedisStreamStore) -> None:
+    store.put(("a",), "k", {"v": 1})
+    got, _, again = store.batch(
+        [GetOp(("a",), "k"), PutOp(("a",), "k", {"v": 2}), GetOp(("a",), "k")]
+    )
+    assert got is not None and again is not None
+    assert got.value == again.value == {"v": 1}
+    assert store.get(("a",), "k").value == {"v": 2}  # type: ignore[union-attr]
+
+
+def test_events_record_digests_and_writer(store: RedisStreamStore) -> None:
+    store.put(("a",), "k", {"v": 1})
+    store.put(("a",), "k", {"v": 2})
+    store.delete(("a",), "k")
+    store.delete(("a",), "k")  # deletes nothing: no event
+    events = store.history(("a",), "k")
+    assert [f[b"k"] for _, f in events] == [b"mput", b"mput", b"mdel"]
+    assert events[0][1][b"od"] == b""
+    assert events[1][1][b"od"] == events[0][1][b"vd"]
+    assert events[2][1][b"od"] == events[1][1][b"vd"]
+    assert all(check.ok for _, check in store.verify_chain())
+
+
+def test_rebuild_gives_identical_reads(store: RedisStreamStore, redis_client: redis.Redis) -> None:
+    for i in range(30):
+        store.put(("r", str(i % 4)), f"k{i % 7}", {"i": i})
+    store.delete(("r", "1"), "k1")
+    before = (
+        _norm(store.search(("r",), limit=100)),
+        store.list_namespaces(),
+        [(i.created_at, i.updated_at) for i in store.search(("r",), limit=100)],
+    )
+    for b in range(STORE_BUCKETS):
+        keys = store_keys(store._ops.prefix, b)
+        redis_client.delete(keys.ix, keys.item, keys.ns, keys.exp)
+    assert store.search(("r",)) == []
+    replay = store.rebuild()
+    assert replay.skipped == 0 and replay.applied == 31
+    after = (
+        _norm(store.search(("r",), limit=100)),
+        store.list_namespaces(),
+        [(i.created_at, i.updated_at) for i in store.search(("r",), limit=100)],
+    )
+    assert after == before
+    assert store.verify()[2] == []
+
+
+def test_verify_finds_divergence(store: RedisStreamStore, redis_client: redis.Redis) -> None:
+    store.put(("v",), "k", {"i": 1})
+    store.put(("v",), "gone", {"i": 2})
+    keys = next(
+        store_keys(store._ops.prefix, b)
+        for b in range(STORE_BUCKETS)
+        if redis_client.exists(store_keys(store._ops.prefix, b).log)
+    )
+    redis_client.zadd(keys.ix, {b"extra": 1})
+    redis_client.hdel(keys.ns, "v")
+    problems = store.verify()[2]
+    assert any("mix extra extra" in p for p in problems)
+    assert any("mns missing v" in p for p in problems)
+    store.rebuild()
+    assert store.verify()[2] == []
+
+
+def test_lost_event_is_an_integrity_error(
+    store: RedisStreamStore, redis_client: redis.Redis
+) -> None:
+    store.put(("l",), "k", {"i": 1})
+    log = next(
+        store_keys(store._ops.prefix, b).log
+        for b in range(STORE_BUCKETS)
+        if redis_client.exists(store_keys(store._ops.prefix, b).log)
+    )
+    (eid, _), *_ = redis_client.xrange(log)
+    redis_client.xdel(log, eid)
+    with pytest.raises(DataLostError, match="rebuild"):
+        store.get(("l",), "k")
+
+
+def test_ttl_expires_item_and_index_entries(store: RedisStreamStore) -> None:
+    store.put(("t",), "short", {"v": 1}, ttl=1 / 60_000)  # 1 ms
+    store.put(("t",), "kept", {"v": 2})
+    time.sleep(0.05)
+    assert store.get(("t",), "short") is None
+    assert [i.key for i in store.search(("t",))] == ["kept"]
+    assert store.sweep_ttl() == 1
+    assert store.history(("t",), "short")[-1][1][b"why"] == b"expired"
+    assert store.list_namespaces() == [("t",)]
+    store.delete(("t",), "kept")
+    assert store.list_namespaces() == []
+    assert store.verify()[2] == []
+
+
+def test_ttl_refresh_on_read(redis_url: str, prefix: str) -> None:
+    client = redis.Redis.from_url(redis_url)
+    store = RedisStreamStore(client, prefix=prefix, ttl={"default_ttl": 1, "refresh_on_read": True})
+    store.put(("t",), "k", {"v": 1})
+    store.get(("t",), "k")
+    store.get(("t",), "k", refresh_ttl=False)
+    kinds = [f[b"k"] for _, f in store.history(("t",), "k")]
+    assert kinds == [b"mput", b"mtouch"]
+    assert store.verify()[2] == []
+    client.close()
+
+
+async def test_async_store_matches(astore: AsyncRedisStreamStore) -> None:
+    await astore.aput(("a", "b"), "k", {"v": 1})
+    await astore.aput(("a", "c"), "k", {"v": 2})
+    got = await astore.aget(("a", "b"), "k")
+    found = await astore.asearch(("a",), filter={"v": {"$gte": 2}})
+    listed = await astore.alist_namespaces(prefix=("a",))
+    await astore.adelete(("a", "b"), "k")
+    assert [_norm(got), _norm(found), listed, await astore.alist_namespaces()] == [
+        (("a", "b"), "k", {"v": 1}),
+        [(("a", "c"), "k", {"v": 2})],
+        [("a", "b"), ("a", "c")],
+        [("a", "c")],
+    ]
+
+
+async def test_async_store_sync_call_on_loop_refused(astore: AsyncRedisStreamStore) -> None:
+    await astore.aput(("a",), "k", {"v": 1})
+    with pytest.raises(InvalidUsageError, match="aget"):
+        astore.get(("a",), "k")
+    got = await asyncio.to_thread(astore.get, ("a",), "k")
+    assert got is not None and got.value == {"v": 1}
+
+
+def test_cluster(cluster: Any, prefix: str) -> None:
+    with RedisStreamStore.from_conn_string(cluster.url, prefix=prefix) as store:
+        for i in range(20):
+            store.put(("c", str(i)), "k", {"i": i})
+        assert len(store.list_namespaces(prefix=("c",))) == 20
+        assert [i.value["i"] for i in store.search(("c",), limit=3)] == [19, 18, 17]
+        assert store.rebuild().applied == 20
+        assert store.verify()[2] == []
+
+
+programs = st.lists(
+    st.one_of(
+        st.tuples(st.just("put"), namespaces, keys, values),
+        st.tuples(st.just("del"), namespaces, keys),
+        st.tuples(
+            st.just("search"),
+            st.lists(labels, max_size=2).map(tuple),
+            filters,
+            st.integers(0, 4),
+            st.integers(0, 3),
+        ),
+        st.tuples(
+            st.just("list"),
+            st.lists(labels | st.just("*"), max_size=2).map(tuple),
+            st.booleans(),
+            st.none() | st.integers(1, 3),
+        ),
+    ),
+    max_size=25,
+)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
+@given(program=programs)
+def test_same_calls_same_results(redis_url: str, prefix: str, program: list[Any]) -> None:
+    """Hypothesis: any program of puts, deletes, searches (equality and comparison filters,
+    nested keys, limit/offset) and listings (prefix/suffix, wildcards, max_depth) gives the
+    same results on InMemoryStore and on the sync and async stores."""
+    ref = Reference()
+    client = redis.Redis.from_url(redis_url)
+    sub = f"{prefix}-{time.monotonic_ns()}"
+    store = RedisStreamStore(client, prefix=sub)
+
+    async def async_results() -> list[Any]:
+        aclient = aredis.Redis.from_url(redis_url)
+        astore = AsyncRedisStreamStore(aclient, prefix=sub + "-a")
+        out = []
+        for step in program:
+            out.append(await _arun(astore, step))
+        await aclient.aclose()
+        return out
+
+    want, got = [], []
+    for step in program:
+        want.append(_run_ref(ref, step))
+        got.append(_run(store, step))
+    client.close()
+    assert got == want
+    assert asyncio.run(async_results()) == want
+
+
+def _run_ref(ref: Reference, step: Any) -> Any:
+    kind, *rest = step
+    if kind in ("put", "del"):
+        ref.put(rest[0], rest[1], rest[2] if kind == "put" else None)
+        return None
+    if kind == "search":
+        prefix, filter_, limit, offset = rest
+        return _norm(ref.search(prefix, filter=filter_, limit=limit, offset=offset)) or []
+    prefix, as_suffix, depth = rest
+    where = {"suffix" if as_suffix else "prefix": prefix or None}
+    return ref.store.list_namespaces(**where, max_depth=depth)
+
+
+def _run(store: RedisStreamStore, step: Any) -> Any:
+    kind, *rest = step
+    if kind == "put":
+        store.put(*rest)
+        return None
+    if kind == "del":
+        store.delete(*rest)
+        return None
+    if kind == "search":
+        prefix, filter_, limit, offset = rest
+        return _norm(store.search(prefix, filter=filter_, limit=limit, offset=offset)) or []
+    prefix, as_suffix, depth = rest
+    where = {"suffix" if as_suffix else "prefix": prefix or None}
+    return store.list_namespaces(**where, max_depth=depth)
+
+
+async def _arun(store: AsyncRedisStreamStore, step: Any) -> Any:
+    kind, *rest = step
+    if kind == "put":
+        await store.aput(*rest)
+        return None
+    if kind == "del":
+        await store.adelete(*rest)
+        return None
+    if kind == "search":
+        prefix, filter_, limit, offset = rest
+        return _norm(await store.asearch(prefix, filter=filter_, limit=limit, offset=offset)) or []
+    prefix, as_suffix, depth = rest
+    where = {"suffix" if as_suffix else "prefix": prefix or None}
+    return await store.alist_namespaces(**where, max_depth=depth)
