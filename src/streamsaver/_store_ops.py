@@ -132,14 +132,21 @@ class StoreOperations:
         self.max_payload_bytes = max_payload_bytes
         self.ttl = ttl
 
+        self._keys = [store_keys(prefix, b) for b in _all()]
+
     def keys(self, bucket: int) -> StoreKeys:
-        return store_keys(self.prefix, bucket)
+        return self._keys[bucket]
 
     def _every_bucket(self, args: Sequence[Field | int]) -> builtins.list[Eval]:
-        buckets = [self.keys(b) for b in range(STORE_BUCKETS)]
+        """A read of every bucket: one script per bucket on a cluster (pipelined, one round
+        trip per node), one script for all of them on a single server."""
+        if args[0] == "namespaces":
+            keys = [(k.ns,) for k in self._keys]
+        else:
+            keys = [(k.log, k.ix, k.item, k.ns) for k in self._keys]
         if self.cluster:
-            return [Eval("store_read", k, args) for k in buckets]
-        return [Eval("store_read", [key for k in buckets for key in k], args)]
+            return [Eval("store_read", k, args) for k in keys]
+        return [Eval("store_read", [key for k in keys for key in k], args)]
 
     def _refresh(self, asked: bool | None) -> bool:
         if asked is not None:
@@ -183,7 +190,8 @@ class StoreOperations:
         for bucket, wanted in gets.items():
             get_at[bucket] = len(reads)
             members = [lp(_joined(op.namespace)) + str(op.key) for _, op in wanted]
-            reads.append(Eval("store_read", self.keys(bucket), ("get", *members)))
+            k = self.keys(bucket)
+            reads.append(Eval("store_read", (k.log, k.item), ("get", *members)))
         for i, op in enumerate(ops):
             if isinstance(op, SearchOp):
                 want = -1 if op.filter else op.offset + op.limit

@@ -1,11 +1,12 @@
 -- Reads of one or more buckets (several only on a standalone server, where every key is on
 -- one node; on a cluster the client sends one call per bucket, pipelined).
--- KEYS: mlog mix mitem mns mexp per bucket (store.lua)
--- ARGV[1]: 'get', then members (lp(ns) .. key) of the first bucket: per member, false or
---          {created, updated, vt, v, event id, ttl ms}
--- ARGV[1]: 'search', ARGV[2]: namespace prefix ('' for all), ARGV[3]: how many, newest first
---          (-1: all): {member, created, updated, vt, v, event id, ttl ms} per item, newest first in each bucket
--- ARGV[1]: 'namespaces': every namespace that holds an item, in any order
+-- ARGV[1]: 'get'; KEYS: mlog mitem of one bucket; ARGV[2..]: members (lp(ns) .. key): per
+--          member, false or {created, updated, vt, v, event id, ttl ms}
+-- ARGV[1]: 'search'; KEYS: mlog mix mitem mns of each bucket; ARGV[2]: namespace prefix (''
+--          for all); ARGV[3]: how many (-1: all): {member, created, updated, vt, v, event id,
+--          ttl ms} per item, the newest of all buckets given, newest first
+-- ARGV[1]: 'namespaces'; KEYS: mns of each bucket: every namespace holding an item
+
 -- Items whose TTL ran out are left out, as though the sweep had deleted them already.
 local mode = ARGV[1]
 local now_ms = math.floor(now_us() / 1000)
@@ -30,7 +31,7 @@ end
 if mode == 'get' then
   local out = {}
   for i = 2, #ARGV do
-    local it = item_of(redis.call('HGET', KEYS[3], ARGV[i]))
+    local it = item_of(redis.call('HGET', KEYS[2], ARGV[i]))
     local v = alive(it) and value_of(KEYS[1], it)
     if it and not v and alive(it) then
       return redis.error_reply('STREAMSAVER_STORE_LOST ' .. it.eid)
@@ -41,44 +42,62 @@ if mode == 'get' then
 end
 
 local out = {}
-for b = 1, #KEYS, 5 do
-  local log, mix, mitem, mns = KEYS[b], KEYS[b + 1], KEYS[b + 2], KEYS[b + 3]
-  if mode == 'namespaces' then
+if mode == 'namespaces' then
+  -- KEYS: only each bucket's mns
+  for _, mns in ipairs(KEYS) do
     for _, ns in ipairs(redis.call('HKEYS', mns)) do
       out[#out + 1] = ns
     end
-  elseif mode == 'search' then
-    local prefix, want = ARGV[2], tonumber(ARGV[3])
-    local matching = false
-    for _, ns in ipairs(redis.call('HKEYS', mns)) do
-      matching = matching or under(ns, prefix)
-    end
-    if matching then
-      -- newest first; a page at a time, until enough live items of the prefix are found
-      local found, start = 0, 0
-      while want < 0 or found < want do
-        local page = redis.call('ZREVRANGE', mix, start, start + 255)
-        for _, member in ipairs(page) do
-          local ns = split_lp(member)
-          if (want < 0 or found < want) and under(ns, prefix) then
-            local it = item_of(redis.call('HGET', mitem, member))
-            if alive(it) then
-              local v = value_of(log, it)
-              if not v then
-                return redis.error_reply('STREAMSAVER_STORE_LOST ' .. it.eid)
-              end
-              table.insert(v, 1, member)
-              out[#out + 1] = v
-              found = found + 1
-            end
+  end
+  return out
+end
+
+-- search; KEYS: mlog mix mitem mns of each bucket
+local prefix, want = ARGV[2], tonumber(ARGV[3])
+for b = 1, #KEYS, 4 do
+  local log, mix, mitem, mns = KEYS[b], KEYS[b + 1], KEYS[b + 2], KEYS[b + 3]
+  local matching = false
+  for _, ns in ipairs(redis.call('HKEYS', mns)) do
+    matching = matching or under(ns, prefix)
+  end
+  if matching then
+    -- newest first; a page at a time, until enough live items of the prefix are found
+    local found, start = 0, 0
+    while want < 0 or found < want do
+      local page = redis.call('ZREVRANGE', mix, start, start + 255)
+      for _, member in ipairs(page) do
+        local ns = split_lp(member)
+        if (want < 0 or found < want) and under(ns, prefix) then
+          local it = item_of(redis.call('HGET', mitem, member))
+          if alive(it) then
+            found = found + 1
+            out[#out + 1] = { member, it, log }
           end
         end
-        if #page < 256 then
-          break
-        end
-        start = start + 256
       end
+      if #page < 256 then
+        break
+      end
+      start = start + 256
     end
   end
 end
-return out
+-- several buckets: only the newest `want` of them all are read and sent back
+if want >= 0 and #KEYS > 4 and #out > want then
+  table.sort(out, function(x, y)
+    return tonumber(x[2].updated) > tonumber(y[2].updated)
+  end)
+end
+local rows = {}
+for i, row in ipairs(out) do
+  if want >= 0 and i > want then
+    break
+  end
+  local v = value_of(row[3], row[2])
+  if not v then
+    return redis.error_reply('STREAMSAVER_STORE_LOST ' .. row[2].eid)
+  end
+  table.insert(v, 1, row[1])
+  rows[#rows + 1] = v
+end
+return rows
