@@ -416,3 +416,41 @@ async def _arun(store: AsyncRedisStreamStore, step: Any) -> Any:
     prefix, as_suffix, depth = rest
     where = {"suffix" if as_suffix else "prefix": prefix or None}
     return await store.alist_namespaces(**where, max_depth=depth)
+
+
+def test_events_name_the_run_that_wrote_them(store: RedisStreamStore) -> None:
+    from langgraph.config import get_store
+    from langgraph.graph import START, StateGraph
+    from typing_extensions import TypedDict
+
+    class State(TypedDict):
+        n: int
+
+    def remember(state: State) -> State:
+        get_store().put(("memories", "u1"), "last", {"n": state["n"]})
+        return state
+
+    builder = StateGraph(State)
+    builder.add_node("remember", remember)
+    builder.add_edge(START, "remember")
+    graph = builder.compile(store=store)
+    # the run id as LangGraph's server passes it, in the run's metadata
+    graph.invoke({"n": 1}, {"configurable": {"thread_id": "t-1"}, "metadata": {"run_id": RUN_ID}})
+    (_, fields), *_ = store.history(("memories", "u1"), "last")
+    assert fields[b"thread"] == b"t-1"
+    assert fields[b"node"] == b"remember"
+    assert fields[b"run"] == str(RUN_ID).encode()
+
+
+RUN_ID = __import__("uuid").UUID("00000000-0000-4000-8000-000000000001")
+
+
+async def test_async_from_conn_string(redis_url: str, prefix: str) -> None:
+    async with AsyncRedisStreamStore.from_conn_string(redis_url, prefix=prefix) as store:
+        await store.aput(("a",), "k", {"v": 1})
+        got = await store.aget(("a",), "k")
+        assert got is not None and got.value == {"v": 1}
+        assert (await store.averify())[2] == []
+    with RedisStreamStore.from_conn_string(redis_url, prefix=prefix) as sync:
+        # the two shells read one keyspace
+        assert sync.get(("a",), "k") == got

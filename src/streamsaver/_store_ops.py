@@ -103,7 +103,7 @@ def _writer() -> tuple[str, str, str]:
     config = var_child_runnable_config.get() or {}
     configurable = config.get("configurable") or {}
     metadata = config.get("metadata") or {}
-    run = config.get("run_id") or metadata.get("run_id") or ""
+    run = metadata.get("run_id") or configurable.get("run_id") or config.get("run_id") or ""
     return (
         str(configurable.get("thread_id") or ""),
         str(run),
