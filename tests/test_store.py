@@ -454,3 +454,32 @@ async def test_async_from_conn_string(redis_url: str, prefix: str) -> None:
     with RedisStreamStore.from_conn_string(redis_url, prefix=prefix) as sync:
         # the two shells read one keyspace
         assert sync.get(("a",), "k") == got
+
+
+def test_store_over_tls_as_a_least_privilege_user(tmp_path: Any) -> None:
+    """The documented ACL rules of a prefix are all the Store needs, over TLS."""
+    from tests.test_security import TlsServer
+
+    tls = TlsServer(tmp_path)
+    try:
+        tls.add_user("mem", "pw", "mem")
+        url = tls.url("mem", "pw")
+        with RedisStreamStore.from_conn_string(url, prefix="mem") as store:
+            store.put(("a", "c"), "k", {"v": 2})
+            assert store.get(("a", "c"), "k") is not None
+            assert [i.value for i in store.search(("a",))] == [{"v": 2}]
+            assert store.list_namespaces(prefix=("a",)) == [("a", "c")]
+            store.put(("a", "b"), "k", {"v": 1}, ttl=1 / 60_000)
+            time.sleep(0.05)
+            assert store.sweep_ttl() == 1
+            store.delete(("a", "c"), "k")
+            assert store.rebuild().skipped == 0
+            assert store.verify()[2] == []
+            assert all(check.ok for _, check in store.verify_chain())
+            assert len(store.history(("a", "c"))) == 2
+        with RedisStreamStore.from_conn_string(url, prefix="other") as outside:
+            with pytest.raises(redis.exceptions.NoPermissionError):
+                outside.put(("a",), "k", {"v": 1})
+    finally:
+        tls.admin.close()
+        tls.server.stop()

@@ -19,6 +19,8 @@ SAVER_COMMANDS: tuple[str, ...] = (
     "time", "zlexcount", "zscore", "hkeys", "hmget", "hexists", "persist", "hscan",
     # the projector's scripts and readers of its keys (lua/registry.lua)
     "xinfo|stream", "zrevrangebyscore", "hincrby", "hlen",
+    # the Store's scripts (lua/store*.lua)
+    "zrevrange", "zrangebyscore",
     # tailing and consumer groups (docs/tailing.md): blocking reads on their own connection,
     # woken with CLIENT UNBLOCK when stopped from another thread
     "xread", "xrevrange", "xreadgroup", "xack", "xautoclaim", "xpending", "xgroup|create",
