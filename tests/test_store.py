@@ -477,9 +477,11 @@ def test_store_over_tls_as_a_least_privilege_user(tmp_path: Any) -> None:
             assert store.verify()[2] == []
             assert all(check.ok for _, check in store.verify_chain())
             assert len(store.history(("a", "c"))) == 2
-        with RedisStreamStore.from_conn_string(url, prefix="other") as outside:
-            with pytest.raises(redis.exceptions.NoPermissionError):
-                outside.put(("a",), "k", {"v": 1})
+        with (
+            RedisStreamStore.from_conn_string(url, prefix="other") as outside,
+            pytest.raises(redis.exceptions.NoPermissionError),
+        ):
+            outside.put(("a",), "k", {"v": 1})
     finally:
         tls.admin.close()
         tls.server.stop()
