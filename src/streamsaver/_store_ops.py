@@ -140,6 +140,7 @@ class StoreOperations:
     def _every_bucket(self, args: Sequence[Field | int]) -> builtins.list[Eval]:
         """A read of every bucket: one script per bucket on a cluster (pipelined, one round
         trip per node), one script for all of them on a single server."""
+        keys: builtins.list[tuple[str, ...]]
         if args[0] == "namespaces":
             keys = [(k.ns,) for k in self._keys]
         else:
