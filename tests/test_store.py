@@ -8,6 +8,7 @@ here is InMemoryStore's results put in that order (the harness knows the order o
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -485,3 +486,26 @@ def test_store_over_tls_as_a_least_privilege_user(tmp_path: Any) -> None:
     finally:
         tls.admin.close()
         tls.server.stop()
+
+
+def test_cli_history_verify_rebuild(redis_url: str, prefix: str, store: RedisStreamStore) -> None:
+    from tests.test_cli import _cli
+
+    store.put(("users", "a:b"), "prefs", {"v": 1})
+    store.put(("users", "a:b"), "prefs", {"v": 2})
+    store.delete(("users", "a:b"), "prefs")
+    out = _cli("store", "history", "users.a:b", "prefs", "--prefix", prefix, url=redis_url)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert [line.split()[1] for line in lines] == ["put", "put", "delete"]
+    assert lines[0].endswith(" - -> " + store.history(("users", "a:b"))[0][1][b"vd"][:12].decode())
+    as_json = _cli("store", "history", "users.a:b", "--json", "--prefix", prefix, url=redis_url)
+    assert [json.loads(line)["k"] for line in as_json.stdout.splitlines()] == [
+        "mput",
+        "mput",
+        "mdel",
+    ]
+    assert _cli("store", "verify", "--prefix", prefix, url=redis_url).returncode == 0
+    rebuilt = _cli("store", "rebuild", "--prefix", prefix, url=redis_url)
+    assert rebuilt.returncode == 0 and "3 events applied" in rebuilt.stdout
+    assert "swept 0" in _cli("store", "sweep", "--prefix", prefix, url=redis_url).stdout

@@ -233,8 +233,9 @@ class StoreOperations:
                 ):
                     continue
                 found.append((item, member, row))
-            # newest first across buckets; ties (other servers' clocks) by namespace and key
-            found.sort(key=lambda x: (-int(x[2][1]), x[0].namespace, x[0].key))
+            # newest first across buckets; ties (other servers' clocks) by the member's bytes,
+            # as lua/store_read.lua breaks them
+            found.sort(key=lambda x: (-int(x[2][1]), x[1]))
             page = found[op.offset : op.offset + op.limit]
             results[i] = [item for item, _, _ in page]
             for item, member, row in page:

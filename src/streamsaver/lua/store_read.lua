@@ -84,8 +84,13 @@ for b = 1, #KEYS, 4 do
 end
 -- several buckets: only the newest `want` of them all are read and sent back
 if want >= 0 and #KEYS > 4 and #out > want then
+  -- ties (other servers' clocks) by member bytes, as the client orders them
   table.sort(out, function(x, y)
-    return tonumber(x[2].updated) > tonumber(y[2].updated)
+    local a, b = tonumber(x[2].updated), tonumber(y[2].updated)
+    if a ~= b then
+      return a > b
+    end
+    return bytes_lt(x[1], y[1])
   end)
 end
 local rows = {}
