@@ -509,3 +509,26 @@ def test_cli_history_verify_rebuild(redis_url: str, prefix: str, store: RedisStr
     rebuilt = _cli("store", "rebuild", "--prefix", prefix, url=redis_url)
     assert rebuilt.returncode == 0 and "3 events applied" in rebuilt.stdout
     assert "swept 0" in _cli("store", "sweep", "--prefix", prefix, url=redis_url).stdout
+
+
+def test_docs_example_runs_and_prints_what_it_says(redis_url: str, prefix: str) -> None:
+    import os
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parent.parent / "docs" / "store.md").read_text()
+    (example,) = re.findall(r"```python\n(.*?)```", page, flags=re.S)
+    example = example.replace('prefix="docs"', f"prefix={prefix!r}")
+    env = {**os.environ, "REDIS_URL": redis_url}
+    out = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", example],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    said = [line.split("  # ")[1] for line in example.splitlines() if "print(" in line]
+    assert out.stdout.splitlines() == said
