@@ -182,6 +182,10 @@ def test_bad_input_writes_nothing(store: RedisStreamStore, redis_client: redis.R
         RedisStreamStore(redis_client, index={"dims": 1})  # type: ignore[arg-type]
     with pytest.raises(InvalidNamespaceError):
         store.batch([GetOp(("a", ""), "k")])
+    with pytest.raises(InvalidInputError, match="unknown store operation"):
+        store.batch([PutOp(("a",), "k", {"v": 1}), ("not", "an", "op")])  # type: ignore[list-item]
+    with pytest.raises(InvalidInputError, match="limit"):
+        store.search(("a",), limit=-1)
     assert store.list_namespaces() == []
 
 
@@ -316,11 +320,24 @@ async def test_async_store_sync_call_on_loop_refused(astore: AsyncRedisStreamSto
 def test_cluster(cluster: Any, prefix: str) -> None:
     with RedisStreamStore.from_conn_string(cluster.url, prefix=prefix) as store:
         for i in range(20):
-            store.put(("c", str(i)), "k", {"i": i})
+            store.put(("c", str(i), "a:{b}"), "k", {"i": i})
         assert len(store.list_namespaces(prefix=("c",))) == 20
         assert [i.value["i"] for i in store.search(("c",), limit=3)] == [19, 18, 17]
-        assert store.rebuild().applied == 20
+        assert [i.value["i"] for i in store.search((), filter={"i": {"$lt": 2}})] == [1, 0]
+        store.delete(("c", "0", "a:{b}"), "k")
+        assert store.list_namespaces(max_depth=1) == [("c",)]
+        assert store.rebuild().applied == 21
         assert store.verify()[2] == []
+
+
+async def test_async_cluster(cluster: Any, prefix: str) -> None:
+    async with AsyncRedisStreamStore.from_conn_string(cluster.url, prefix=prefix) as store:
+        for i in range(5):
+            await store.aput(("c", str(i)), "k", {"i": i})
+        found = await store.asearch(("c",), limit=2, offset=1)
+        assert [i.value["i"] for i in found] == [3, 2]
+        assert len(await store.alist_namespaces()) == 5
+        assert (await store.arebuild()).applied == 5
 
 
 programs = st.lists(
@@ -369,9 +386,23 @@ def test_same_calls_same_results(redis_url: str, prefix: str, program: list[Any]
     for step in program:
         want.append(_run_ref(ref, step))
         got.append(_run(store, step))
-    client.close()
     assert got == want
+    # replay is the one definition: dropping every index and rebuilding reads back the same,
+    # timestamps included
+    everything = _snapshot(store)
+    for b in range(STORE_BUCKETS):
+        k = store_keys(sub, b)
+        client.delete(k.ix, k.item, k.ns, k.exp)
+    assert store.rebuild().skipped == 0
+    assert _snapshot(store) == everything
+    assert store.verify()[2] == []
+    client.close()
     assert asyncio.run(async_results()) == want
+
+
+def _snapshot(store: RedisStreamStore) -> Any:
+    items = store.search((), limit=10**6)
+    return store.list_namespaces(limit=10**6), [i.dict() for i in items]
 
 
 def _run_ref(ref: Reference, step: Any) -> Any:
