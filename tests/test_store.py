@@ -563,3 +563,33 @@ def test_docs_example_runs_and_prints_what_it_says(redis_url: str, prefix: str) 
     assert out.returncode == 0, out.stderr
     said = [line.split("  # ")[1] for line in example.splitlines() if "print(" in line]
     assert out.stdout.splitlines() == said
+
+
+def test_sweeper_started_by_from_conn_string(redis_url: str, prefix: str) -> None:
+    ttl: Any = {"sweep_interval_minutes": 0.0005}
+    with RedisStreamStore.from_conn_string(redis_url, prefix=prefix, ttl=ttl) as store:
+        store.put(("s",), "k", {"v": 1}, ttl=1 / 60_000)
+        deadline = time.monotonic() + 10
+        while store.list_namespaces() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        # the sweeper deleted it, as an event: its namespace is no longer listed
+        assert store.list_namespaces() == []
+        assert store.history(("s",), "k")[-1][1][b"why"] == b"expired"
+    assert store._sweeper is None
+
+
+async def test_async_sweeper(redis_url: str, prefix: str) -> None:
+    ttl: Any = {"sweep_interval_minutes": 0.0005}
+    async with AsyncRedisStreamStore.from_conn_string(redis_url, prefix=prefix, ttl=ttl) as store:
+        await store.aput(("s",), "k", {"v": 1}, ttl=1 / 60_000)
+        deadline = time.monotonic() + 10
+        while await store.alist_namespaces() and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        assert await store.alist_namespaces() == []
+    assert store._sweeper is None
+
+
+def test_bad_ttl_config_refused(redis_client: redis.Redis) -> None:
+    for ttl in ({"default_ttl": 0}, {"sweep_interval_minutes": -1}, {"nope": 1}, [1]):
+        with pytest.raises(InvalidInputError, match="ttl"):
+            RedisStreamStore(redis_client, ttl=ttl)  # type: ignore[arg-type]

@@ -37,7 +37,7 @@ from ._chain import ChainCheck
 from ._codec import Field
 from ._errors import DataLostError, InvalidInputError, PayloadTooLargeError
 from ._keys import STORE_BUCKETS, StoreKeys, lp, store_bucket, store_keys
-from ._ops import Each, Eval, Flow, Replay
+from ._ops import Call, Each, Eval, Flow, Replay
 
 __all__ = ["StoreOperations", "check_ttl_config"]
 
@@ -339,8 +339,6 @@ class StoreOperations:
 
     def verify_chain(self) -> Flow[builtins.list[tuple[int, ChainCheck]]]:
         """Walk every bucket's digest chain (the same chain as a thread's, docs/audit.md)."""
-        from ._ops import Call
-
         out = []
         for b in _all():
             check = ChainCheck()
@@ -359,8 +357,6 @@ class StoreOperations:
         self, namespace: tuple[str, ...], key: str | None = None
     ) -> Flow[builtins.list[tuple[str, dict[bytes, bytes]]]]:
         """The memory events of ``namespace`` (and ``key``), oldest first, from its bucket's log."""
-        from ._ops import Call
-
         joined = _joined(tuple(namespace))
         log = self.keys(store_bucket(joined)).log
         out = []

@@ -101,11 +101,30 @@ class RedisStreamStore(BaseStore):
 
     @classmethod
     @contextmanager
-    def from_conn_string(cls, url: str, **options: Any) -> Iterator[RedisStreamStore]:
+    def from_conn_string(
+        cls,
+        url: str,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        serde: SerializerProtocol | None = None,
+        ttl: TTLConfig | None = None,
+        chain: bool = True,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        allow_eviction: bool = False,
+        cluster: bool | None = None,
+    ) -> Iterator[RedisStreamStore]:
         """A store on a client it creates from ``url`` (``rediss://user:password@...`` for TLS
         and an ACL user) and closes on exit; the server is checked on entry (``setup``).
-        Options as for the constructor; a ``sweep_interval_minutes`` starts the sweeper."""
-        cluster = options.pop("cluster", None)
+        ``cluster``: use a ``RedisCluster`` client; ``None`` asks the server. A ttl with
+        ``sweep_interval_minutes`` starts the sweeper, stopped on exit."""
+        options: dict[str, Any] = {
+            "prefix": prefix,
+            "serde": serde,
+            "ttl": ttl,
+            "chain": chain,
+            "max_payload_bytes": max_payload_bytes,
+            "allow_eviction": allow_eviction,
+        }
         if cluster is None:
             with redis.Redis.from_url(url) as probe:
                 cluster = bool(probe.info("cluster").get("cluster_enabled"))
