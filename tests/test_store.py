@@ -29,6 +29,7 @@ from streamsaver import (
     RedisStreamStore,
 )
 from streamsaver._keys import STORE_BUCKETS, store_keys
+from streamsaver.memory_events import StoreCursor
 
 # labels may hold anything but "." and NUL (BaseStore refuses those)
 LABEL_CHARS = ":{}*?[]$%\\|\n \t~-_é中😀ab"
@@ -204,11 +205,12 @@ def test_events_record_digests_and_writer(store: RedisStreamStore) -> None:
     store.put(("a",), "k", {"v": 2})
     store.delete(("a",), "k")
     store.delete(("a",), "k")  # deletes nothing: no event
-    events = store.history(("a",), "k")
-    assert [f[b"k"] for _, f in events] == [b"mput", b"mput", b"mdel"]
-    assert events[0][1][b"od"] == b""
-    assert events[1][1][b"od"] == events[0][1][b"vd"]
-    assert events[2][1][b"od"] == events[1][1][b"vd"]
+    events = store.history(("a",), "k", values=True)
+    assert [e.kind for e in events] == ["put", "put", "delete"]
+    assert [e.value for e in events] == [{"v": 1}, {"v": 2}, None]
+    assert events[0].old_digest == ""
+    assert events[1].old_digest == events[0].value_digest != events[1].value_digest
+    assert events[2].old_digest == events[1].value_digest
     assert all(check.ok for _, check in store.verify_chain())
 
 
@@ -275,7 +277,7 @@ def test_ttl_expires_item_and_index_entries(store: RedisStreamStore) -> None:
     assert store.get(("t",), "short") is None
     assert [i.key for i in store.search(("t",))] == ["kept"]
     assert store.sweep_ttl() == 1
-    assert store.history(("t",), "short")[-1][1][b"why"] == b"expired"
+    assert store.history(("t",), "short")[-1].why == "expired"
     assert store.list_namespaces() == [("t",)]
     store.delete(("t",), "kept")
     assert store.list_namespaces() == []
@@ -288,8 +290,8 @@ def test_ttl_refresh_on_read(redis_url: str, prefix: str) -> None:
     store.put(("t",), "k", {"v": 1})
     store.get(("t",), "k")
     store.get(("t",), "k", refresh_ttl=False)
-    kinds = [f[b"k"] for _, f in store.history(("t",), "k")]
-    assert kinds == [b"mput", b"mtouch"]
+    kinds = [e.kind for e in store.history(("t",), "k")]
+    assert kinds == ["put", "touch"]
     assert store.verify()[2] == []
     client.close()
 
@@ -468,10 +470,8 @@ def test_events_name_the_run_that_wrote_them(store: RedisStreamStore) -> None:
     graph = builder.compile(store=store)
     # the run id as LangGraph's server passes it, in the run's metadata
     graph.invoke({"n": 1}, {"configurable": {"thread_id": "t-1"}, "metadata": {"run_id": RUN_ID}})
-    (_, fields), *_ = store.history(("memories", "u1"), "last")
-    assert fields[b"thread"] == b"t-1"
-    assert fields[b"node"] == b"remember"
-    assert fields[b"run"] == str(RUN_ID).encode()
+    (event,) = store.history(("memories", "u1"), "last")
+    assert (event.thread_id, event.node, event.run_id) == ("t-1", "remember", str(RUN_ID))
 
 
 RUN_ID = __import__("uuid").UUID("00000000-0000-4000-8000-000000000001")
@@ -529,12 +529,12 @@ def test_cli_history_verify_rebuild(redis_url: str, prefix: str, store: RedisStr
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert [line.split()[1] for line in lines] == ["put", "put", "delete"]
-    assert lines[0].endswith(" - -> " + store.history(("users", "a:b"))[0][1][b"vd"][:12].decode())
+    assert lines[0].endswith(" - -> " + store.history(("users", "a:b"))[0].value_digest[:12])
     as_json = _cli("store", "history", "users.a:b", "--json", "--prefix", prefix, url=redis_url)
-    assert [json.loads(line)["k"] for line in as_json.stdout.splitlines()] == [
-        "mput",
-        "mput",
-        "mdel",
+    assert [json.loads(line)["kind"] for line in as_json.stdout.splitlines()] == [
+        "put",
+        "put",
+        "delete",
     ]
     assert _cli("store", "verify", "--prefix", prefix, url=redis_url).returncode == 0
     rebuilt = _cli("store", "rebuild", "--prefix", prefix, url=redis_url)
@@ -574,7 +574,7 @@ def test_sweeper_started_by_from_conn_string(redis_url: str, prefix: str) -> Non
             time.sleep(0.02)
         # the sweeper deleted it, as an event: its namespace is no longer listed
         assert store.list_namespaces() == []
-        assert store.history(("s",), "k")[-1][1][b"why"] == b"expired"
+        assert store.history(("s",), "k")[-1].why == "expired"
     assert store._sweeper is None
 
 
@@ -593,3 +593,22 @@ def test_bad_ttl_config_refused(redis_client: redis.Redis) -> None:
     for ttl in ({"default_ttl": 0}, {"sweep_interval_minutes": -1}, {"nope": 1}, [1]):
         with pytest.raises(InvalidInputError, match="ttl"):
             RedisStreamStore(redis_client, ttl=ttl)  # type: ignore[arg-type]
+
+
+def test_changes_and_tail_follow_memory_events(store: RedisStreamStore) -> None:
+    assert store.changes() == ([], store.changes()[1])
+    for i in range(5):
+        store.put(("feed", str(i % 2)), f"k{i}", {"i": i})
+    events, cursor = store.changes(values=True)
+    assert [e.value for e in events] == [{"i": i} for i in range(5)]
+    assert store.changes(cursor)[0] == []
+    store.delete(("feed", "0"), "k0")
+    (deleted,), cursor = store.changes(cursor)
+    assert (deleted.kind, deleted.namespace, deleted.key) == ("delete", ("feed", "0"), "k0")
+    assert cursor == StoreCursor.model_validate_json(cursor.model_dump_json())
+    store.put(("feed", "0"), "k9", {"i": 9})
+    assert [e.key for e in store.tail(cursor, follow=False)] == ["k9"]
+    # an entry of a newer version is passed over, never a crash
+    log = store._ops.keys(deleted.bucket).log
+    store._saver.client.xadd(log, {"k": "mput", "sv": "99", "ns": "x", "key": "y", "at": "1"})
+    assert [e.key for e in store.tail(cursor, follow=False)] == ["k9"]

@@ -6,19 +6,21 @@ import argparse
 import json
 import sys
 from collections.abc import Callable
-from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .memory_events import MemoryEvent
 
 __all__ = ["add_parsers", "run"]
 
 Common = Callable[[argparse.ArgumentParser], None]
 
 _HISTORY_EPILOG = """\
-one line per event, oldest first (--json: one JSON object per line, every field but the value):
+one line per event, oldest first (--json: one JSON object per line, the MemoryEvent fields):
   <time UTC> <kind> <namespace> <key> [thread=... run=... node=...] [why=expired] <digests>
   kind: put, delete, touch (a read restarted the item's TTL); digests: the value's before and
-  after (sha1 of the serde's bytes, first 12 hex digits; '-' none)."""
-
-_KINDS = {b"mput": "put", b"mdel": "delete", b"mtouch": "touch"}
+  after (sha1 of the serde's bytes, first 12 hex digits; '-' none); with --values, a put's
+  value as JSON."""
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: Common) -> None:
@@ -38,6 +40,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser], common
     history.add_argument("namespace", metavar="NAMESPACE", help="its labels joined by '.'")
     history.add_argument("key", nargs="?", metavar="KEY", help="only this item")
     history.add_argument("--json", action="store_true", help="one JSON object per line")
+    history.add_argument("--values", action="store_true", help="decode each put's value")
     for name, text in (
         ("rebuild", "re-project every Store index from the event streams; exits 1 on a skip"),
         ("verify", "compare every Store index with a replay and check the digest chains; "
@@ -56,8 +59,8 @@ def run(args: argparse.Namespace, prog: str) -> int:
     with RedisStreamStore.from_conn_string(args.url, prefix=args.prefix) as store:
         if args.store_command == "history":
             namespace = tuple(args.namespace.split("."))
-            for event_id, fields in store.history(namespace, args.key):
-                print(_line(event_id, fields, args.json))
+            for event in store.history(namespace, args.key, values=args.values):
+                print(event.model_dump_json() if args.json else _line(event))
             return 0
         if args.store_command == "rebuild":
             replay = store.rebuild()
@@ -81,17 +84,19 @@ def run(args: argparse.Namespace, prog: str) -> int:
         return 0
 
 
-def _line(event_id: str, fields: dict[bytes, bytes], as_json: bool) -> str:
-    text = {k.decode(): v.decode(errors="replace") for k, v in fields.items() if k not in (b"v",)}
-    at = datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(microseconds=int(text["at"]))
-    if as_json:
-        return json.dumps({"id": event_id, **text, "at": at.isoformat()})
-    kind = _KINDS.get(fields.get(b"k", b""), text.get("k", "?"))
-    who = " ".join(f"{n}={text[n]}" for n in ("thread", "run", "node", "why") if n in text)
-
-    def short(name: str) -> str:
-        return text.get(name, "")[:12] or "-"
-
-    when = at.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
-    parts = [when, kind, repr(text.get("ns", "")), repr(text.get("key", "")), who]
-    return " ".join(p for p in parts if p) + f" {short('od')} -> {short('vd')}"
+def _line(event: MemoryEvent) -> str:
+    who = " ".join(
+        f"{name}={value}"
+        for name, value in (
+            ("thread", event.thread_id),
+            ("run", event.run_id),
+            ("node", event.node),
+            ("why", event.why),
+        )
+        if value is not None
+    )
+    when = event.at.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    parts = [when, event.kind, repr(".".join(event.namespace)), repr(event.key), who]
+    digests = f"{event.old_digest[:12] or '-'} -> {event.value_digest[:12] or '-'}"
+    value = f" {json.dumps(event.value, default=str)}" if event.value is not None else ""
+    return " ".join(p for p in parts if p) + f" {digests}{value}"

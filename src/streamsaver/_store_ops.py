@@ -38,6 +38,7 @@ from ._codec import Field
 from ._errors import DataLostError, InvalidInputError, PayloadTooLargeError
 from ._keys import STORE_BUCKETS, StoreKeys, lp, store_bucket, store_keys
 from ._ops import Call, Each, Eval, Flow, Replay
+from .memory_events import MemoryEvent, StoreCursor, memory_event
 
 __all__ = ["StoreOperations", "check_ttl_config"]
 
@@ -354,23 +355,53 @@ class StoreOperations:
         return out
 
     def history(
-        self, namespace: tuple[str, ...], key: str | None = None
-    ) -> Flow[builtins.list[tuple[str, dict[bytes, bytes]]]]:
-        """The memory events of ``namespace`` (and ``key``), oldest first, from its bucket's log."""
+        self, namespace: tuple[str, ...], key: str | None, values: bool
+    ) -> Flow[builtins.list[MemoryEvent]]:
+        """The events of ``namespace`` (and ``key``), oldest first, from its bucket's log."""
         joined = _joined(tuple(namespace))
-        log = self.keys(store_bucket(joined)).log
+        bucket = store_bucket(joined)
         out = []
         start = "-"
         while True:
-            page = yield Call(("XRANGE", log, start, "+", "COUNT", _LOG_PAGE))
+            page = yield Call(("XRANGE", self.keys(bucket).log, start, "+", "COUNT", _LOG_PAGE))
             for entry_id, fields in page:
                 if fields.get(b"ns") == joined.encode() and (
                     key is None or fields.get(b"key") == key.encode()
                 ):
-                    out.append((_text(entry_id), dict(fields)))
+                    event = memory_event(bucket, _text(entry_id), fields, self._serde(values))
+                    if event is not None:
+                        out.append(event)
             if len(page) < _LOG_PAGE:
                 return out
             start = "(" + _text(page[-1][0])
+
+    def changes(
+        self, after: StoreCursor | None, count: int, values: bool
+    ) -> Flow[tuple[builtins.list[MemoryEvent], StoreCursor]]:
+        """The events of every bucket after ``after`` (up to ``count`` per bucket), by time,
+        and the cursor to read on from: one pipelined read of every bucket's log. Entries this
+        version cannot read are passed over (the cursor moves past them)."""
+        positions = dict(after.positions) if after is not None else {}
+        reads = tuple(
+            Call(("XRANGE", self.keys(b).log, "(" + positions[b] if b in positions else "-",
+                  "+", "COUNT", count))
+            for b in _all()
+        )  # fmt: skip
+        events = []
+        for b, page in zip(_all(), (yield Each(reads)), strict=True):
+            if isinstance(page, Exception):
+                raise page
+            for entry_id, fields in page:
+                event = memory_event(b, _text(entry_id), fields, self._serde(values))
+                if event is not None:
+                    events.append(event)
+            if page:
+                positions[b] = _text(page[-1][0])
+        events.sort(key=lambda e: (e.at, e.bucket, e.id))
+        return events, StoreCursor(positions=positions)
+
+    def _serde(self, values: bool) -> SerializerProtocol | None:
+        return self.serde if values else None
 
 
 def _all() -> range:

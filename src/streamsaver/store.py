@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import threading
+import time
 from collections.abc import AsyncIterator, Iterable, Iterator
 from contextlib import asynccontextmanager, contextmanager, suppress
 from typing import Any
@@ -29,11 +30,10 @@ from ._errors import InvalidInputError, InvalidUsageError
 from ._ops import Replay
 from ._store_ops import StoreOperations, check_ttl_config
 from .aio import AsyncRedisStreamSaver
+from .memory_events import MemoryEvent, StoreCursor
 from .saver import RedisStreamSaver
 
 __all__ = ["AsyncRedisStreamStore", "RedisStreamStore"]
-
-Event = tuple[str, dict[bytes, bytes]]
 
 
 def _operations(
@@ -189,9 +189,40 @@ class RedisStreamStore(BaseStore):
         """Each bucket's digest chain check (``.ok``, ``.problem``), as ``audit verify``."""
         return self._saver._run(self._ops.verify_chain())
 
-    def history(self, namespace: tuple[str, ...], key: str | None = None) -> builtins.list[Event]:
-        """The memory events of a namespace (and key), oldest first: (event id, fields)."""
-        return self._saver._run(self._ops.history(namespace, key))
+    def history(
+        self, namespace: tuple[str, ...], key: str | None = None, *, values: bool = False
+    ) -> builtins.list[MemoryEvent]:
+        """The events of a namespace (and key), oldest first; ``values``: with each put's
+        value decoded through the serde."""
+        return self._saver._run(self._ops.history(namespace, key, values))
+
+    def changes(
+        self, after: StoreCursor | None = None, *, count: int = 100, values: bool = False
+    ) -> tuple[builtins.list[MemoryEvent], StoreCursor]:
+        """Every bucket's events after ``after`` (None: from the start), at most ``count`` per
+        bucket, in order within each bucket and by time across them, and the cursor to pass
+        next time: one round trip (per node) however many buckets."""
+        return self._saver._run(self._ops.changes(after, count, values))
+
+    def tail(
+        self,
+        after: StoreCursor | None = None,
+        *,
+        follow: bool = True,
+        poll_s: float = 0.5,
+        values: bool = False,
+    ) -> Iterator[MemoryEvent]:
+        """Memory events as they happen: ``changes`` again and again, waiting ``poll_s``
+        whenever nothing is new; ``follow=False`` ends once caught up. ``after=None`` starts
+        at the beginning; ``store.changes()[1]`` after a full read is "from now"."""
+        cursor = after
+        while True:
+            events, cursor = self.changes(cursor, values=values)
+            yield from events
+            if not events:
+                if not follow:
+                    return
+                time.sleep(poll_s)
 
 
 class AsyncRedisStreamStore(BaseStore):
@@ -307,6 +338,30 @@ class AsyncRedisStreamStore(BaseStore):
         return await self._saver._run(self._ops.verify_chain())
 
     async def ahistory(
-        self, namespace: tuple[str, ...], key: str | None = None
-    ) -> builtins.list[Event]:
-        return await self._saver._run(self._ops.history(namespace, key))
+        self, namespace: tuple[str, ...], key: str | None = None, *, values: bool = False
+    ) -> builtins.list[MemoryEvent]:
+        return await self._saver._run(self._ops.history(namespace, key, values))
+
+    async def achanges(
+        self, after: StoreCursor | None = None, *, count: int = 100, values: bool = False
+    ) -> tuple[builtins.list[MemoryEvent], StoreCursor]:
+        return await self._saver._run(self._ops.changes(after, count, values))
+
+    async def atail(
+        self,
+        after: StoreCursor | None = None,
+        *,
+        follow: bool = True,
+        poll_s: float = 0.5,
+        values: bool = False,
+    ) -> AsyncIterator[MemoryEvent]:
+        """See ``RedisStreamStore.tail``."""
+        cursor = after
+        while True:
+            events, cursor = await self.achanges(cursor, values=values)
+            for event in events:
+                yield event
+            if not events:
+                if not follow:
+                    return
+                await asyncio.sleep(poll_s)
