@@ -273,10 +273,13 @@ def test_lost_event_is_an_integrity_error(
 def test_ttl_expires_item_and_index_entries(store: RedisStreamStore) -> None:
     store.put(("t",), "short", {"v": 1}, ttl=1 / 60_000)  # 1 ms
     store.put(("t",), "kept", {"v": 2})
+    store.put(("gone",), "short", {"v": 3}, ttl=1 / 60_000)
     time.sleep(0.05)
     assert store.get(("t",), "short") is None
+    # before any sweep, a namespace whose items all expired is no longer listed
+    assert store.list_namespaces() == [("t",)]
     assert [i.key for i in store.search(("t",))] == ["kept"]
-    assert store.sweep_ttl() == 1
+    assert store.sweep_ttl() == 2
     assert store.history(("t",), "short")[-1].why == "expired"
     assert store.list_namespaces() == [("t",)]
     store.delete(("t",), "kept")
@@ -570,11 +573,11 @@ def test_sweeper_started_by_from_conn_string(redis_url: str, prefix: str) -> Non
     with RedisStreamStore.from_conn_string(redis_url, prefix=prefix, ttl=ttl) as store:
         store.put(("s",), "k", {"v": 1}, ttl=1 / 60_000)
         deadline = time.monotonic() + 10
-        while store.list_namespaces() and time.monotonic() < deadline:
+        while len(store.history(("s",), "k")) < 2 and time.monotonic() < deadline:
             time.sleep(0.02)
-        # the sweeper deleted it, as an event: its namespace is no longer listed
-        assert store.list_namespaces() == []
+        # the sweeper deleted it, as an event
         assert store.history(("s",), "k")[-1].why == "expired"
+        assert store.verify()[2] == []
     assert store._sweeper is None
 
 
@@ -583,9 +586,9 @@ async def test_async_sweeper(redis_url: str, prefix: str) -> None:
     async with AsyncRedisStreamStore.from_conn_string(redis_url, prefix=prefix, ttl=ttl) as store:
         await store.aput(("s",), "k", {"v": 1}, ttl=1 / 60_000)
         deadline = time.monotonic() + 10
-        while await store.alist_namespaces() and time.monotonic() < deadline:
+        while len(await store.ahistory(("s",), "k")) < 2 and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
-        assert await store.alist_namespaces() == []
+        assert [e.why for e in await store.ahistory(("s",), "k")] == [None, "expired"]
     assert store._sweeper is None
 
 
@@ -612,3 +615,21 @@ def test_changes_and_tail_follow_memory_events(store: RedisStreamStore) -> None:
     log = store._ops.keys(deleted.bucket).log
     store._saver.client.xadd(log, {"k": "mput", "sv": "99", "ns": "x", "key": "y", "at": "1"})
     assert [e.key for e in store.tail(cursor, follow=False)] == ["k9"]
+
+
+def test_store_keys_follow_the_keyspace_rule() -> None:
+    from streamsaver._feed import slot_of, slot_tag
+    from streamsaver._keys import store_bucket, thread_keys
+
+    slots = set()
+    for b in range(STORE_BUCKETS):
+        keys = store_keys("p", b)
+        # one tenant's keys all start with "<prefix>:{"; a bucket's share one slot
+        assert all(k.startswith("p:{") for k in keys)
+        assert len({slot_of(k) for k in keys}) == 1
+        slots.add(slot_of(keys.log))
+        # a thread whose tag is the bucket's slot tag shares the slot, never a key
+        tag = slot_tag(slot_of(keys.log))
+        assert not set(keys) & set(thread_keys("p", tag))
+    assert len(slots) == STORE_BUCKETS
+    assert store_bucket("a.b") == store_bucket("a.b")

@@ -143,7 +143,7 @@ class StoreOperations:
         trip per node), one script for all of them on a single server."""
         keys: builtins.list[tuple[str, ...]]
         if args[0] == "namespaces":
-            keys = [(k.ns,) for k in self._keys]
+            keys = [(k.ns, k.exp) for k in self._keys]
         else:
             keys = [(k.log, k.ix, k.item, k.ns) for k in self._keys]
         if self.cluster:

@@ -5,7 +5,7 @@
 -- ARGV[1]: 'search'; KEYS: mlog mix mitem mns of each bucket; ARGV[2]: namespace prefix (''
 --          for all); ARGV[3]: how many (-1: all): {member, created, updated, vt, v, event id,
 --          ttl ms} per item, the newest of all buckets given, newest first
--- ARGV[1]: 'namespaces'; KEYS: mns of each bucket: every namespace holding an item
+-- ARGV[1]: 'namespaces'; KEYS: mns mexp of each bucket: every namespace holding a live item
 
 -- Items whose TTL ran out are left out, as though the sweep had deleted them already.
 local mode = ARGV[1]
@@ -43,10 +43,19 @@ end
 
 local out = {}
 if mode == 'namespaces' then
-  -- KEYS: only each bucket's mns
-  for _, mns in ipairs(KEYS) do
-    for _, ns in ipairs(redis.call('HKEYS', mns)) do
-      out[#out + 1] = ns
+  -- KEYS: mns mexp of each bucket. A namespace whose every item has expired is left out
+  -- already, as its items are: only the expired, not yet swept, items are looked at
+  for b = 1, #KEYS, 2 do
+    local expired = {}
+    for _, member in ipairs(redis.call('ZRANGEBYSCORE', KEYS[b + 1], '-inf', now_ms)) do
+      local ns = split_lp(member)
+      expired[ns] = (expired[ns] or 0) + 1
+    end
+    local flat = redis.call('HGETALL', KEYS[b])
+    for i = 1, #flat, 2 do
+      if tonumber(flat[i + 1]) > (expired[flat[i]] or 0) then
+        out[#out + 1] = flat[i]
+      end
     end
   end
   return out
