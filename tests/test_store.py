@@ -633,3 +633,19 @@ def test_store_keys_follow_the_keyspace_rule() -> None:
         assert not set(keys) & set(thread_keys("p", tag))
     assert len(slots) == STORE_BUCKETS
     assert store_bucket("a.b") == store_bucket("a.b")
+
+
+def test_oversized_value_refused(redis_client: redis.Redis, prefix: str) -> None:
+    from streamsaver import PayloadTooLargeError
+
+    small = RedisStreamStore(redis_client, prefix=prefix, max_payload_bytes=100)
+    with pytest.raises(PayloadTooLargeError, match="max_payload_bytes"):
+        small.batch([PutOp(("a",), "ok", {"v": 1}), PutOp(("a",), "big", {"v": "x" * 200})])
+    assert small.search(("a",)) == []
+
+
+async def test_sync_store_async_methods(store: RedisStreamStore) -> None:
+    await store.aput(("a",), "k", {"v": 1})
+    got = await store.aget(("a",), "k")
+    assert got is not None and got.value == {"v": 1}
+    assert await store.alist_namespaces() == [("a",)]
