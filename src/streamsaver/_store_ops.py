@@ -155,11 +155,33 @@ class StoreOperations:
             return asked
         return bool((self.ttl or {}).get("refresh_on_read", True))
 
-    def _default_ttl(self) -> float | None:
-        return (self.ttl or {}).get("default_ttl")
-
     def batch(self, ops: Iterable[Op]) -> Flow[builtins.list[Result]]:
         ops = builtins.list(ops)
+        puts = self._validate(ops)
+        reads = _Reads(ops, self)
+        replies = (yield Each(tuple(reads.evals))) if reads.evals else []
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise _lost(reply)
+        results, touch = self._answer(ops, reads, replies)
+        head: tuple[Field | int, ...] = (0, "chain" if self.chain else "")
+        writes = [
+            Eval("store_write", self.keys(bucket), (*head, *args), write=True)
+            for bucket, args in puts.items()
+        ]
+        writes += [
+            Eval("store_expire", self.keys(bucket), (*head, "touch", *args), write=True)
+            for bucket, args in touch.items()
+        ]
+        if writes:
+            for reply in (yield Each(tuple(writes))):
+                if isinstance(reply, Exception):
+                    raise reply
+        return results
+
+    def _validate(self, ops: Sequence[Op]) -> dict[int, builtins.list[Field]]:
+        """Check every operation; the script arguments of the puts, per bucket, the last put
+        of an item winning."""
         puts: dict[tuple[tuple[str, ...], str], builtins.list[Field]] = {}
         writer = _writer()
         for op in ops:
@@ -181,32 +203,15 @@ class StoreOperations:
                     raise InvalidInputError(
                         f"max_depth={op.max_depth!r}: give an int >= 1, or None for full depth"
                     )
+        by_bucket: dict[int, builtins.list[Field]] = {}
+        for (namespace, _), args in puts.items():
+            by_bucket.setdefault(store_bucket(_joined(namespace)), []).extend(args)
+        return by_bucket
 
-        reads: builtins.list[Eval] = []
-        plans: builtins.list[tuple[int, int, Any]] = []  # (first read, what to make of the replies)
-        gets: dict[int, builtins.list[tuple[int, GetOp]]] = {}
-        for i, op in enumerate(ops):
-            if isinstance(op, GetOp):
-                gets.setdefault(store_bucket(_joined(op.namespace)), []).append((i, op))
-        get_at: dict[int, int] = {}
-        for bucket, wanted in gets.items():
-            get_at[bucket] = len(reads)
-            members = [lp(_joined(op.namespace)) + str(op.key) for _, op in wanted]
-            k = self.keys(bucket)
-            reads.append(Eval("store_read", (k.log, k.item), ("get", *members)))
-        for i, op in enumerate(ops):
-            if isinstance(op, SearchOp):
-                want = -1 if op.filter else op.offset + op.limit
-                plans.append((len(reads), i, op))
-                reads += self._every_bucket(("search", _joined(op.namespace_prefix), want))
-            elif isinstance(op, ListNamespacesOp):
-                plans.append((len(reads), i, op))
-                reads += self._every_bucket(("namespaces",))
-        replies = (yield Each(tuple(reads))) if reads else []
-        for reply in replies:
-            if isinstance(reply, Exception):
-                raise _lost(reply)
-
+    def _answer(
+        self, ops: Sequence[Op], reads: _Reads, replies: Sequence[Any]
+    ) -> tuple[builtins.list[Result], dict[int, builtins.list[Field]]]:
+        """The results of the reads, and the TTL refreshes they ask for, per bucket."""
         results: builtins.list[Result] = [None] * len(ops)
         touch: dict[int, builtins.list[Field]] = {}
 
@@ -214,26 +219,25 @@ class StoreOperations:
             if int(row[-1]) > 0 and self._refresh(op.refresh_ttl):
                 touch.setdefault(bucket, []).extend((member, row[-2]))
 
-        for bucket, wanted in gets.items():
-            for (i, op), row in zip(wanted, replies[get_at[bucket]], strict=True):
+        for bucket, (at, wanted) in reads.gets.items():
+            for (i, get), row in zip(wanted, replies[at], strict=True):
                 if row:
-                    results[i] = self._item(op.namespace, op.key, row, Item)
-                    refresh(op, bucket, lp(_joined(op.namespace)) + op.key, row)
-        ends = [p[0] for p in plans[1:]] + ([len(reads)] if plans else [])
-        for (start, i, op), end in zip(plans, ends, strict=True):
+                    results[i] = self._item(get.namespace, str(get.key), row, Item)
+                    refresh(get, bucket, _member(get.namespace, get.key), row)
+        for i, (start, end) in reads.spans.items():
+            op = ops[i]
             rows = [row for reply in replies[start:end] for row in reply]
             if isinstance(op, ListNamespacesOp):
                 results[i] = _namespaces(op, rows)
                 continue
+            assert isinstance(op, SearchOp)  # spans hold only searches and listings
             found = []
             for member, *row in rows:
-                namespace, key = _split_member(member)
-                item = self._item(namespace, key, row, SearchItem)
-                if op.filter and not all(
+                item = self._item(*_split_member(member), row, SearchItem)
+                if not op.filter or all(
                     _compare_values(item.value.get(k), v) for k, v in op.filter.items()
                 ):
-                    continue
-                found.append((item, member, row))
+                    found.append((item, member, row))
             # newest first across buckets; ties (other servers' clocks) by the member's bytes,
             # as lua/store_read.lua breaks them
             found.sort(key=lambda x: (-int(x[2][1]), x[1]))
@@ -241,23 +245,7 @@ class StoreOperations:
             results[i] = [item for item, _, _ in page]
             for item, member, row in page:
                 refresh(op, store_bucket(_joined(item.namespace)), member, row)
-
-        writes: builtins.list[Eval] = []
-        by_bucket: dict[int, builtins.list[Field]] = {}
-        for (namespace, _), args in puts.items():
-            by_bucket.setdefault(store_bucket(_joined(namespace)), []).extend(args)
-        head: tuple[Field | int, ...] = (0, "chain" if self.chain else "")
-        for bucket, args in by_bucket.items():
-            writes.append(Eval("store_write", self.keys(bucket), (*head, *args), write=True))
-        for bucket, args in touch.items():
-            writes.append(
-                Eval("store_expire", self.keys(bucket), (*head, "touch", *args), write=True)
-            )
-        if writes:
-            for reply in (yield Each(tuple(writes))):
-                if isinstance(reply, Exception):
-                    raise reply
-        return results
+        return results, touch
 
     def _put_args(self, op: PutOp, writer: tuple[str, str, str]) -> builtins.list[Field]:
         if not op.namespace:
@@ -402,6 +390,41 @@ class StoreOperations:
 
     def _serde(self, values: bool) -> SerializerProtocol | None:
         return self.serde if values else None
+
+
+class _Reads:
+    """A batch's reads: the scripts to pipeline, and which replies answer which operation."""
+
+    def __init__(self, ops: Sequence[Op], core: StoreOperations) -> None:
+        self.evals: builtins.list[Eval] = []
+        # bucket -> (its reply's index, the gets it answers)
+        self.gets: dict[int, tuple[int, builtins.list[tuple[int, GetOp]]]] = {}
+        # operation index -> the replies [start, end) that answer it
+        self.spans: dict[int, tuple[int, int]] = {}
+        by_bucket: dict[int, builtins.list[tuple[int, GetOp]]] = {}
+        for i, op in enumerate(ops):
+            if isinstance(op, GetOp):
+                by_bucket.setdefault(store_bucket(_joined(op.namespace)), []).append((i, op))
+        for bucket, wanted in by_bucket.items():
+            self.gets[bucket] = (len(self.evals), wanted)
+            k = core.keys(bucket)
+            members = [_member(op.namespace, op.key) for _, op in wanted]
+            self.evals.append(Eval("store_read", (k.log, k.item), ("get", *members)))
+        for i, op in enumerate(ops):
+            start = len(self.evals)
+            if isinstance(op, SearchOp):
+                want = -1 if op.filter else op.offset + op.limit
+                args = ("search", _joined(op.namespace_prefix), want)
+                self.evals += core._every_bucket(args)
+            elif isinstance(op, ListNamespacesOp):
+                self.evals += core._every_bucket(("namespaces",))
+            else:
+                continue
+            self.spans[i] = (start, len(self.evals))
+
+
+def _member(namespace: tuple[str, ...], key: object) -> str:
+    return lp(_joined(namespace)) + str(key)
 
 
 def _all() -> range:
