@@ -179,6 +179,10 @@ def test_bad_input_writes_nothing(store: RedisStreamStore, redis_client: redis.R
         store.batch([PutOp(("a",), "k1", {"v": 1}), PutOp(("a",), "k2", [1])])  # type: ignore[arg-type]
     with pytest.raises(InvalidInputError, match="ttl"):
         store.put(("a",), "k", {"v": 1}, ttl=-1)
+    with pytest.raises(InvalidInputError, match="AsyncRedisStreamStore"):
+        RedisStreamStore(aredis.Redis())  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError, match="serde"):
+        RedisStreamStore(redis_client, serde=object())  # type: ignore[arg-type]
     with pytest.raises(InvalidInputError, match="semantic"):
         RedisStreamStore(redis_client, index={"dims": 1})  # type: ignore[arg-type]
     with pytest.raises(InvalidNamespaceError):
@@ -649,3 +653,15 @@ async def test_sync_store_async_methods(store: RedisStreamStore) -> None:
     got = await store.aget(("a",), "k")
     assert got is not None and got.value == {"v": 1}
     assert await store.alist_namespaces() == [("a",)]
+
+
+def test_encrypted_serde(redis_client: redis.Redis, prefix: str) -> None:
+    from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
+
+    serde = EncryptedSerializer.from_pycryptodome_aes(key=b"0123456789abcdef")
+    store = RedisStreamStore(redis_client, prefix=prefix, serde=serde)
+    store.put(("a",), "k", {"secret": "plaintext-canary"})
+    assert store.search(("a",), filter={"secret": "plaintext-canary"})[0].key == "k"
+    (event,) = store.history(("a",), "k")
+    log = store._ops.keys(event.bucket).log
+    assert b"plaintext-canary" not in b"".join(redis_client.xrange(log)[0][1].values())

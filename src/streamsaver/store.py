@@ -18,13 +18,13 @@ from typing import Any
 
 import redis
 import redis.asyncio as aredis
-from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.checkpoint.serde.base import SerializerProtocol, maybe_add_typed_methods
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.store.base import BaseStore, Op, Result, TTLConfig
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
 
-from ._base import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_PREFIX
+from ._base import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_PREFIX, _check_serde, check_client
 from ._chain import ChainCheck
 from ._errors import InvalidInputError, InvalidUsageError
 from ._ops import Replay
@@ -51,9 +51,11 @@ def _operations(
             "index unset. search(query=...) is accepted and ignored: results come newest "
             "first, as without a query"
         )
+    if serde is not None:
+        _check_serde(serde)
     return StoreOperations(
         prefix,
-        serde or JsonPlusSerializer(),
+        maybe_add_typed_methods(serde) if serde is not None else JsonPlusSerializer(),
         cluster=cluster,
         chain=chain,
         max_payload_bytes=max_payload_bytes,
@@ -83,6 +85,12 @@ class RedisStreamStore(BaseStore):
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         allow_eviction: bool = False,
     ) -> None:
+        if not isinstance(client, (redis.Redis, RedisCluster)):
+            raise InvalidInputError(
+                f"RedisStreamStore needs a redis.Redis or RedisCluster client, got "
+                f"{type(client).__name__}; for redis.asyncio clients use AsyncRedisStreamStore"
+            )
+        check_client(client, "RedisStreamStore")
         self._saver = RedisStreamSaver(
             client, prefix=prefix, chain=chain, allow_eviction=allow_eviction
         )
@@ -243,6 +251,12 @@ class AsyncRedisStreamStore(BaseStore):
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         allow_eviction: bool = False,
     ) -> None:
+        if not isinstance(client, (aredis.Redis, AsyncRedisCluster)):
+            raise InvalidInputError(
+                f"AsyncRedisStreamStore needs a redis.asyncio.Redis or RedisCluster client, "
+                f"got {type(client).__name__}; for synchronous clients use RedisStreamStore"
+            )
+        check_client(client, "AsyncRedisStreamStore")
         self._saver = AsyncRedisStreamSaver(
             client, prefix=prefix, chain=chain, allow_eviction=allow_eviction
         )
