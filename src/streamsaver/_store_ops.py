@@ -233,18 +233,22 @@ class StoreOperations:
             assert isinstance(op, SearchOp)  # spans hold only searches and listings
             found = []
             for member, *row in rows:
-                item = self._item(*_split_member(member), row, SearchItem)
+                value = self._value(row)
                 if not op.filter or all(
-                    _compare_values(item.value.get(k), v) for k, v in op.filter.items()
+                    _compare_values(value.get(k), v) for k, v in op.filter.items()
                 ):
-                    found.append((item, member, row))
+                    found.append((member, row, value))
             # newest first across buckets; ties (other servers' clocks) by the member's bytes,
             # as lua/store_read.lua breaks them
-            found.sort(key=lambda x: (-int(x[2][1]), x[1]))
+            found.sort(key=lambda x: (-int(x[1][1]), x[0]))
             page = found[op.offset : op.offset + op.limit]
-            results[i] = [item for item, _, _ in page]
-            for item, member, row in page:
-                refresh(op, store_bucket(_joined(item.namespace)), member, row)
+            results[i] = [
+                self._item(*_split_member(member), row, SearchItem, value)
+                for member, row, value in page
+            ]
+            for member, row, _ in page:
+                namespace, _ = _split_member(member)
+                refresh(op, store_bucket(_joined(namespace)), member, row)
         return results, touch
 
     def _put_args(self, op: PutOp, writer: tuple[str, str, str]) -> builtins.list[Field]:
@@ -268,13 +272,22 @@ class StoreOperations:
         ttl_ms = "" if ttl is None else str(_ttl_ms(ttl, "ttl"))
         return ["mput", namespace, key, type_, raw, ttl_ms, *writer]
 
-    def _item(self, namespace: tuple[str, ...], key: str, row: Any, kind: type[Any]) -> Any:
-        created, updated, type_, raw = row[:4]
-        value = self.serde.loads_typed((_text(type_), raw))
+    def _value(self, row: Any) -> Any:
+        return self.serde.loads_typed((_text(row[2]), row[3]))
+
+    def _item(
+        self,
+        namespace: tuple[str, ...],
+        key: str,
+        row: Any,
+        kind: type[Any],
+        value: Any = None,
+    ) -> Any:
+        created, updated = row[:2]
         return kind(
             namespace=namespace,
             key=key,
-            value=value,
+            value=self._value(row) if value is None else value,
             created_at=_at(created),
             updated_at=_at(updated),
         )
