@@ -665,3 +665,26 @@ def test_encrypted_serde(redis_client: redis.Redis, prefix: str) -> None:
     (event,) = store.history(("a",), "k")
     log = store._ops.keys(event.bucket).log
     assert b"plaintext-canary" not in b"".join(redis_client.xrange(log)[0][1].values())
+
+
+def test_verify_checks_each_events_references(
+    store: RedisStreamStore, redis_client: redis.Redis
+) -> None:
+    for v in range(3):
+        store.put(("refs",), "k", {"v": v})
+    events = store.history(("refs",), "k")
+    log = store._ops.keys(events[0].bucket).log
+    assert store.verify()[2] == []
+    # a put removed from the middle: the next one no longer replaces what it says it did
+    redis_client.xdel(log, events[1].id)
+    problems = store.verify()[2]
+    assert any(f"ref {events[2].id} od" in p for p in problems), problems
+    # a forged put whose value is not what its digest says
+    forged = redis_client.xadd(
+        log,
+        {"k": "mput", "sv": "1", "ns": "refs", "key": "k", "at": "1", "vt": "msgpack",
+         "v": b"\x81\xa1v\x07", "vd": "0" * 40, "od": events[2].value_digest},
+    )  # fmt: skip
+    problems = store.verify()[2]
+    assert any(f"ref {forged.decode()} vd" in p for p in problems), problems
+    assert not all(check.ok for _, check in store.verify_chain())

@@ -100,15 +100,42 @@ local function store_apply(keys, eid, f)
   return nil
 end
 
--- Replay the whole of log into keys (emptied first): {applied, skipped, "<id> <reason>"...}
-local function store_replay_into(log, keys)
+-- What an event says about the item before it, or about itself, that the replay so far
+-- contradicts (verify's "ref" lines): a put's vd must be its value's digest, od the digest of
+-- the value it replaced (a removed or altered event breaks it), a touch's `of` the item's event
+local function store_refs(keys, eid, f)
+  local member = f.ns and f.key and (lp(f.ns) .. f.key)
+  if not member or tonumber(f.sv or '') ~= STORE_SCHEMA then
+    return nil
+  end
+  local old = item_of(redis.call('HGET', keys[2], member))
+  if f.k == 'mput' and f.vd ~= redis.sha1hex(#(f.vt or '') .. ':' .. (f.vt or '') .. (f.v or '')) then
+    return 'ref ' .. eid .. ' vd is not the digest of its value'
+  end
+  if (f.k == 'mput' or f.k == 'mdel') and (f.od or '') ~= (old and old.vd or '') then
+    return 'ref ' .. eid .. ' od is not the digest of the value before it'
+  end
+  if f.k == 'mtouch' and not (old and old.eid == f.of) then
+    return 'ref ' .. eid .. ' touches ' .. tostring(f.of) .. ', not the item\'s value'
+  end
+  return nil
+end
+
+-- Replay the whole of log into keys (emptied first): {applied, skipped, "<id> <reason>"...};
+-- with refs, also the store_refs() problems, as "ref ..." lines
+local function store_replay_into(log, keys, refs)
   redis.call('DEL', unpack(keys))
-  local applied, skipped, problems = 0, 0, {}
+  local applied, skipped, problems, broken = 0, 0, {}, {}
   local start = '-'
   while true do
     local page = redis.call('XRANGE', log, start, '+', 'COUNT', 1000)
     for _, entry in ipairs(page) do
-      local why = store_apply(keys, entry[1], fields_of(entry[2]))
+      local f = fields_of(entry[2])
+      local ref = refs and #broken < 100 and store_refs(keys, entry[1], f)
+      if ref then
+        broken[#broken + 1] = ref
+      end
+      local why = store_apply(keys, entry[1], f)
       if why then
         skipped = skipped + 1
         if #problems < 100 then
@@ -125,6 +152,9 @@ local function store_replay_into(log, keys)
   end
   local out = { applied, skipped }
   for _, p in ipairs(problems) do
+    out[#out + 1] = p
+  end
+  for _, p in ipairs(broken) do
     out[#out + 1] = p
   end
   return out

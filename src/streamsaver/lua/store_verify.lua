@@ -1,12 +1,12 @@
 -- Replay a bucket's log into scratch keys and compare them with its live indexes.
 -- KEYS: mlog mix mitem mns mexp, then the four scratch keys (same slot)
--- Returns {applied, skipped, "<index> <missing|differs|extra> <member>"...}; the scratch keys
--- are deleted again.
+-- Returns {applied, skipped, "<id> <reason>" per skipped event, "ref <id> ..." per event the
+-- replay contradicts (store.lua's store_refs), "<index> <missing|differs|extra> <member>"...};
+-- the scratch keys are deleted again.
 local live = { KEYS[2], KEYS[3], KEYS[4], KEYS[5] }
 local scratch = { KEYS[6], KEYS[7], KEYS[8], KEYS[9] }
 local names = { 'mix', 'mitem', 'mns', 'mexp' }
-local counts = store_replay_into(KEYS[1], scratch)
-local out = { counts[1], counts[2] }
+local out = store_replay_into(KEYS[1], scratch, true)
 
 local function as_map(key, kind)
   local flat = kind == 'zset' and redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
