@@ -688,3 +688,23 @@ def test_verify_checks_each_events_references(
     problems = store.verify()[2]
     assert any(f"ref {forged.decode()} vd" in p for p in problems), problems
     assert not all(check.ok for _, check in store.verify_chain())
+
+
+def test_sweeper_survives_an_unavailable_server(caplog: pytest.LogCaptureFixture) -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    client = redis.Redis(port=port, socket_connect_timeout=0.2, retry=None)
+    store = RedisStreamStore(client)
+    store.start_ttl_sweeper(0.0005)
+    deadline = time.monotonic() + 10
+    while len(caplog.records) < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert store._sweeper is not None and store._sweeper.is_alive()
+    store.stop_ttl_sweeper()
+    assert [r.message for r in caplog.records[:2]] == [
+        "TTL sweep failed; retrying next interval"
+    ] * 2
+    client.close()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import logging
 import threading
 import time
 from collections.abc import AsyncIterator, Iterable, Iterator
@@ -26,7 +27,7 @@ from redis.cluster import RedisCluster
 
 from ._base import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_PREFIX, _check_serde, check_client
 from ._chain import ChainCheck
-from ._errors import InvalidInputError, InvalidUsageError
+from ._errors import InvalidInputError, InvalidUsageError, StreamSaverError
 from ._ops import Replay
 from ._store_ops import StoreOperations, check_ttl_config
 from .aio import AsyncRedisStreamSaver
@@ -34,6 +35,8 @@ from .memory_events import MemoryEvent, StoreCursor
 from .saver import RedisStreamSaver
 
 __all__ = ["AsyncRedisStreamStore", "RedisStreamStore"]
+
+logger = logging.getLogger(__name__)
 
 
 def _operations(
@@ -173,7 +176,11 @@ class RedisStreamStore(BaseStore):
 
         def run() -> None:
             while not self._stop.wait(float(minutes) * 60):
-                self.sweep_ttl()
+                try:
+                    self.sweep_ttl()
+                except StreamSaverError:
+                    # a server away for a while: the next round sweeps what this one could not
+                    logger.warning("TTL sweep failed; retrying next interval", exc_info=True)
 
         self._sweeper = threading.Thread(target=run, name="streamsaver-store-sweeper", daemon=True)
         self._sweeper.start()
@@ -331,7 +338,10 @@ class AsyncRedisStreamStore(BaseStore):
         async def run() -> None:
             while True:
                 await asyncio.sleep(float(minutes) * 60)
-                await self.asweep_ttl()
+                try:
+                    await self.asweep_ttl()
+                except StreamSaverError:
+                    logger.warning("TTL sweep failed; retrying next interval", exc_info=True)
 
         self._sweeper = asyncio.get_running_loop().create_task(run())
 
