@@ -1,5 +1,7 @@
 -- Append a batch of puts and deletes of one bucket to its log and project each, atomically.
--- KEYS: mlog mix mitem mns mexp (store.lua)   ARGV[1]: unused (0)   ARGV[2]: 'chain' or ''
+-- KEYS: mlog mix mitem mns mexp (store.lua)   ARGV[2]: 'chain' or '' (common.lua's append_event)
+-- ARGV[1]: 0, where common.lua's convention puts the feed's MAXLEN: memory events are not
+--          announced on the feeds yet (docs/store.md)
 -- ARGV[3..]: per operation 9 values: kind ('mput' | 'mdel'), ns, key, vt, v, ttl (ms or ''),
 -- thread, run, node ('' when unknown). A delete of an item that does not exist changes
 -- nothing and appends nothing. Returns the number of events appended.
