@@ -15,10 +15,10 @@
 -- makes ns .. key prefix-free whatever either holds.
 --
 -- Event fields (one XADD each): k 'mput' | 'mdel' | 'mtouch', sv, ns, key, at (us, the
--- server's clock at write), for mput vt/v (the serde's type and bytes), vd (sha1 of vt .. v),
--- ttl (ms, '' none); od (the digest of the value replaced or deleted, '' none); who wrote it:
--- thread, run, node (optional); why ('expired' for a TTL sweep's mdel); for mtouch, of (the
--- event id of the value the read saw); then ch/dg (chain).
+-- server's clock at write); for mput vt/v (the serde's type and bytes), vd (sha1 of
+-- lp(vt) .. v) and ttl (ms, '' none); od (the digest of the value replaced or deleted, ''
+-- none); who wrote it: thread, run, node (optional); why ('expired' for a TTL sweep's mdel);
+-- for mtouch, of (the event id of the value the read saw); then ch/dg (chain).
 
 local STORE_SCHEMA = 1
 
