@@ -110,7 +110,8 @@ local function store_refs(keys, eid, f)
     return nil
   end
   local old = item_of(redis.call('HGET', keys[2], member))
-  if f.k == 'mput' and f.vd ~= redis.sha1hex(#(f.vt or '') .. ':' .. (f.vt or '') .. (f.v or '')) then
+  local vt = f.vt or ''
+  if f.k == 'mput' and f.vd ~= redis.sha1hex(#vt .. ':' .. vt .. (f.v or '')) then
     return 'ref ' .. eid .. ' vd is not the digest of its value'
   end
   if (f.k == 'mput' or f.k == 'mdel') and (f.od or '') ~= (old and old.vd or '') then
