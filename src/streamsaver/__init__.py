@@ -26,12 +26,14 @@ from ._errors import (
 from ._ops import Replay
 from .aio import AsyncRedisStreamSaver
 from .saver import RedisStreamSaver
+from .store import AsyncRedisStreamStore, RedisStreamStore
 
 __all__ = [
     "DEFAULT_MAX_PAYLOAD_BYTES",
     "DEFAULT_PREFIX",
     "SCHEMA_VERSION",
     "AsyncRedisStreamSaver",
+    "AsyncRedisStreamStore",
     "CorruptIndexError",
     "DanglingVersionError",
     "DataLostError",
@@ -47,6 +49,7 @@ __all__ = [
     "NoPersistenceWarning",
     "PayloadTooLargeError",
     "RedisStreamSaver",
+    "RedisStreamStore",
     "Replay",
     "ServerTimeoutError",
     "ServerUnavailableError",

@@ -13,18 +13,23 @@ Every other key of a prefix is per Redis Cluster slot, ``<prefix>:{<slot tag>}:<
 
 from __future__ import annotations
 
+from binascii import crc_hqx
 from typing import NamedTuple
 from urllib.parse import quote, unquote
 
 from ._errors import InvalidInputError
 
 __all__ = [
+    "STORE_BUCKETS",
+    "StoreKeys",
     "ThreadKeys",
     "escape_glob",
     "key_pattern",
     "log_pattern",
     "lp",
     "scratch_keys",
+    "store_bucket",
+    "store_keys",
     "thread_id_of",
     "thread_keys",
     "validate_prefix",
@@ -89,3 +94,33 @@ def thread_id_of(prefix: str, log_key: str) -> str:
 def lp(text: str) -> str:
     """Length prefix, as the Lua scripts build it: byte length, ':', the text."""
     return f"{len(text.encode())}:{text}"
+
+
+# The Store's keys. A namespace (its labels joined by ".", which no label may hold) lives in one
+# of STORE_BUCKETS buckets, chosen by its CRC; a bucket's keys share the hash tag of a fixed slot,
+# ``<prefix>:{<slot tag>}:mlog|mix|mitem|mns|mexp`` (lua/store.lua says what each holds). Reads
+# across namespaces (prefix search, list_namespaces) visit every bucket: a fixed, small number
+# of keys, found without SCAN, spread evenly over the cluster's slots. The ``m`` suffixes are
+# distinct from a thread's ``log|ix|ptr`` and from every per-slot kind, so the tag may equal a
+# thread's (a thread id of four such characters) without any key colliding. User data is
+# never part of a key name.
+STORE_BUCKETS = 256
+
+
+class StoreKeys(NamedTuple):
+    log: str
+    ix: str
+    item: str
+    ns: str
+    exp: str
+
+
+def store_bucket(namespace: str) -> int:
+    return crc_hqx(namespace.encode(), 0) % STORE_BUCKETS
+
+
+def store_keys(prefix: str, bucket: int) -> StoreKeys:
+    from ._feed import SLOTS, slot_tag  # _feed imports this module
+
+    base = f"{prefix}:{{{slot_tag(bucket * (SLOTS // STORE_BUCKETS))}}}:"
+    return StoreKeys(*(base + kind for kind in ("mlog", "mix", "mitem", "mns", "mexp")))

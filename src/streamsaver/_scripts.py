@@ -32,6 +32,11 @@ _ENTRIES: dict[str, tuple[str, ...]] = {
     "verify": (*_WRITE, "verify.lua"),
     "import": (*_WRITE, "import.lua"),
     "prune": (*_COMPACT, "prune.lua"),
+    # the Store's (store.lua holds its one projection)
+    **{
+        name: ("common.lua", "store.lua", f"{name}.lua")
+        for name in ("store_write", "store_read", "store_replay", "store_verify", "store_expire")
+    },
     # the projector's (registry.lua)
     **{
         name: ("common.lua", "meta.lua", "registry.lua", f"{name}.lua")

@@ -44,6 +44,8 @@ READER_COMMANDS: tuple[str, ...] = (
     "xlen", "xinfo|stream", "zrange", "zrangebylex", "zrevrangebylex", "zrevrangebyscore",
     "zscore", "zlexcount", "hget", "hgetall", "hkeys", "hlen", "pttl", "smembers", "hexists",
     "hscan",
+    # the Store's read scripts (lua/store*.lua)
+    "zrevrange", "zrangebyscore",
 )  # fmt: skip
 
 # consumer groups (docs/tailing.md): XREADGROUP, XACK and their housekeeping write the feeds

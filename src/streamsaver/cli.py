@@ -130,6 +130,9 @@ def build_parser(
         from ._cli_audit import add_parsers
 
         add_parsers(sub, common_options)
+        from ._cli_store import add_parsers as add_store_parsers
+
+        add_store_parsers(sub, common_options)
     if extra is not None:
         extra(sub)
     return parser
@@ -168,6 +171,10 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "streamsaver", demo: 
             return 0
         if args.command == "tail":
             return _tail(args, prog)
+        if args.command == "store":
+            from ._cli_store import run as run_store
+
+            return run_store(args, prog)
         if args.command in ("history", "audit"):
             from ._cli_audit import run as run_audit
 

@@ -1,0 +1,476 @@
+"""Every Store operation, written once, as a generator of Redis operations (see ``_ops``).
+
+A ``batch`` is at most two round trips whatever it holds: its reads (gets grouped per bucket,
+each search and namespace listing) pipelined in one, then its puts and deletes (one script per
+bucket, pipelined) and the TTL refreshes its reads asked for. As in ``InMemoryStore``, reads
+see the store as it was before the batch's own writes, and of two puts of one item in a batch
+the last wins. Everything is validated and encoded before the first yield: bad input writes
+nothing.
+"""
+
+from __future__ import annotations
+
+import builtins
+import math
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from langchain_core.runnables.config import var_child_runnable_config
+from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.store.base import (
+    GetOp,
+    InvalidNamespaceError,
+    Item,
+    ListNamespacesOp,
+    Op,
+    PutOp,
+    Result,
+    SearchItem,
+    SearchOp,
+    TTLConfig,
+    validate_op_namespace,
+)
+from langgraph.store.memory import _compare_values, _does_match
+
+from ._chain import ChainCheck
+from ._codec import Field
+from ._errors import DataLostError, InvalidInputError, PayloadTooLargeError
+from ._keys import STORE_BUCKETS, StoreKeys, lp, store_bucket, store_keys
+from ._ops import Call, Each, Eval, Flow, Replay
+from .memory_events import MemoryEvent, StoreCursor, memory_event
+
+__all__ = ["StoreOperations", "check_ttl_config"]
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_SWEEP_BATCH = 1000
+_LOG_PAGE = 500
+
+
+def check_ttl_config(ttl: object) -> TTLConfig | None:
+    if ttl is None:
+        return None
+    known = {"default_ttl", "refresh_on_read", "sweep_interval_minutes", "omit_expired"}
+    if not isinstance(ttl, dict) or not set(ttl) <= known:
+        raise InvalidInputError(
+            f"ttl={ttl!r}: give a dict with keys among {sorted(known)}, e.g. "
+            f'{{"default_ttl": 60, "refresh_on_read": True}} (minutes), or None'
+        )
+    if ttl.get("default_ttl") is not None:
+        _ttl_ms(ttl["default_ttl"], "ttl['default_ttl']")
+    sweep = ttl.get("sweep_interval_minutes")
+    if sweep is not None and (not isinstance(sweep, (int, float)) or sweep <= 0):
+        raise InvalidInputError(
+            f"ttl['sweep_interval_minutes']={sweep!r}: give minutes > 0, or None for no sweeper"
+        )
+    return TTLConfig(**ttl)  # type: ignore[typeddict-item]
+
+
+def _ttl_ms(minutes: object, what: str) -> int:
+    if (
+        not isinstance(minutes, (int, float))
+        or isinstance(minutes, bool)
+        or not math.isfinite(minutes)
+        or minutes <= 0
+    ):
+        raise InvalidInputError(
+            f"{what}={minutes!r}: give a number of minutes > 0 after which the item expires, "
+            f"or None to keep it until deleted"
+        )
+    return max(1, math.ceil(minutes * 60_000))
+
+
+def _joined(namespace: tuple[str, ...]) -> str:
+    # labels hold no "." (validate_op_namespace), so joining with it is injective
+    return ".".join(namespace)
+
+
+def _at(us: bytes | int) -> datetime:
+    return _EPOCH + timedelta(microseconds=int(us))
+
+
+def _text(raw: bytes | str) -> str:
+    return raw.decode() if isinstance(raw, bytes) else raw
+
+
+def _split_member(member: bytes) -> tuple[tuple[str, ...], str]:
+    size, _, rest = member.partition(b":")
+    n = int(size)
+    return tuple(rest[:n].decode().split(".")), rest[n:].decode()
+
+
+def _writer() -> tuple[str, str, str]:
+    """(thread, run, node) of the LangGraph run this put happens in, '' when none."""
+    config = var_child_runnable_config.get() or {}
+    configurable = config.get("configurable") or {}
+    metadata = config.get("metadata") or {}
+    run = metadata.get("run_id") or configurable.get("run_id") or config.get("run_id") or ""
+    return (
+        str(configurable.get("thread_id") or ""),
+        str(run),
+        str(metadata.get("langgraph_node") or ""),
+    )
+
+
+class StoreOperations:
+    """The I/O-free core shared by ``RedisStreamStore`` and ``AsyncRedisStreamStore``."""
+
+    def __init__(
+        self,
+        prefix: str,
+        serde: SerializerProtocol,
+        *,
+        cluster: bool,
+        chain: bool,
+        max_payload_bytes: int,
+        ttl: TTLConfig | None,
+    ) -> None:
+        self.prefix = prefix
+        self.serde = serde
+        # on one server a single script can visit every bucket; a cluster needs one per bucket
+        self.cluster = cluster
+        self.chain = chain
+        self.max_payload_bytes = max_payload_bytes
+        self.ttl = ttl
+
+        self._keys = [store_keys(prefix, b) for b in _all()]
+
+    def keys(self, bucket: int) -> StoreKeys:
+        return self._keys[bucket]
+
+    def _every_bucket(self, args: Sequence[Field | int]) -> builtins.list[Eval]:
+        """A read of every bucket: one script per bucket on a cluster (pipelined, one round
+        trip per node), one script for all of them on a single server."""
+        keys: builtins.list[tuple[str, ...]]
+        if args[0] == "namespaces":
+            keys = [(k.ns, k.exp) for k in self._keys]
+        else:
+            keys = [(k.log, k.ix, k.item, k.ns) for k in self._keys]
+        if self.cluster:
+            return [Eval("store_read", k, args) for k in keys]
+        return [Eval("store_read", [key for k in keys for key in k], args)]
+
+    def _refresh(self, asked: bool | None) -> bool:
+        if asked is not None:
+            return asked
+        return bool((self.ttl or {}).get("refresh_on_read", True))
+
+    def batch(self, ops: Iterable[Op]) -> Flow[builtins.list[Result]]:
+        ops = builtins.list(ops)
+        puts = self._validate(ops)
+        reads = _Reads(ops, self)
+        replies = (yield Each(tuple(reads.evals))) if reads.evals else []
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise _lost(reply)
+        results, touch = self._answer(ops, reads, replies)
+        head: tuple[Field | int, ...] = (0, "chain" if self.chain else "")
+        writes = [
+            Eval("store_write", self.keys(bucket), (*head, *args), write=True)
+            for bucket, args in puts.items()
+        ]
+        writes += [
+            Eval("store_expire", self.keys(bucket), (*head, "touch", *args), write=True)
+            for bucket, args in touch.items()
+        ]
+        if writes:
+            for reply in (yield Each(tuple(writes))):
+                if isinstance(reply, Exception):
+                    raise reply
+        return results
+
+    def _validate(self, ops: Sequence[Op]) -> dict[int, builtins.list[Field]]:
+        """Check every operation; the script arguments of the puts, per bucket, the last put
+        of an item winning."""
+        puts: dict[tuple[tuple[str, ...], str], builtins.list[Field]] = {}
+        writer = _writer()
+        for op in ops:
+            if not isinstance(op, (GetOp, PutOp, SearchOp, ListNamespacesOp)):
+                raise InvalidInputError(
+                    f"unknown store operation {op!r}: give GetOp, PutOp, SearchOp or "
+                    f"ListNamespacesOp"
+                )
+            validate_op_namespace(op)
+            if isinstance(op, PutOp):
+                puts[(op.namespace, op.key)] = self._put_args(op, writer)
+            elif isinstance(op, SearchOp):
+                _check_page(op.limit, op.offset)
+            elif isinstance(op, ListNamespacesOp):
+                _check_page(op.limit, op.offset)
+                if op.max_depth is not None and (
+                    not isinstance(op.max_depth, int) or op.max_depth < 1
+                ):
+                    raise InvalidInputError(
+                        f"max_depth={op.max_depth!r}: give an int >= 1, or None for full depth"
+                    )
+        by_bucket: dict[int, builtins.list[Field]] = {}
+        for (namespace, _), args in puts.items():
+            by_bucket.setdefault(store_bucket(_joined(namespace)), []).extend(args)
+        return by_bucket
+
+    def _answer(
+        self, ops: Sequence[Op], reads: _Reads, replies: Sequence[Any]
+    ) -> tuple[builtins.list[Result], dict[int, builtins.list[Field]]]:
+        """The results of the reads, and the TTL refreshes they ask for, per bucket."""
+        results: builtins.list[Result] = [None] * len(ops)
+        touch: dict[int, builtins.list[Field]] = {}
+
+        def refresh(op: GetOp | SearchOp, bucket: int, member: str | bytes, row: Any) -> None:
+            if int(row[-1]) > 0 and self._refresh(op.refresh_ttl):
+                touch.setdefault(bucket, []).extend((member, row[-2]))
+
+        for bucket, (at, wanted) in reads.gets.items():
+            for (i, get), row in zip(wanted, replies[at], strict=True):
+                if row:
+                    results[i] = self._item(get.namespace, str(get.key), row, Item)
+                    refresh(get, bucket, _member(get.namespace, get.key), row)
+        for i, (start, end) in reads.spans.items():
+            op = ops[i]
+            rows = [row for reply in replies[start:end] for row in reply]
+            if isinstance(op, ListNamespacesOp):
+                results[i] = _namespaces(op, rows)
+                continue
+            assert isinstance(op, SearchOp)  # spans hold only searches and listings
+            found = []
+            for member, *row in rows:
+                value = self._value(row)
+                if not op.filter or all(
+                    _compare_values(value.get(k), v) for k, v in op.filter.items()
+                ):
+                    found.append((member, row, value))
+            # newest first across buckets; ties (other servers' clocks) by the member's bytes,
+            # as lua/store_read.lua breaks them
+            found.sort(key=lambda x: (-int(x[1][1]), x[0]))
+            page = found[op.offset : op.offset + op.limit]
+            results[i] = [
+                self._item(*_split_member(member), row, SearchItem, value)
+                for member, row, value in page
+            ]
+            for member, row, _ in page:
+                namespace, _ = _split_member(member)
+                refresh(op, store_bucket(_joined(namespace)), member, row)
+        return results, touch
+
+    def _put_args(self, op: PutOp, writer: tuple[str, str, str]) -> builtins.list[Field]:
+        if not op.namespace:
+            raise InvalidNamespaceError("Namespace cannot be empty.")
+        if not isinstance(op.key, str):
+            raise InvalidInputError(f"key={op.key!r}: give a string")
+        namespace, key = _joined(op.namespace), op.key
+        if op.value is None:
+            return ["mdel", namespace, key, "", "", "", *writer]
+        if not isinstance(op.value, dict):
+            raise InvalidInputError(
+                f"value for key {key!r} in {op.namespace!r} must be a dict, got "
+                f"{type(op.value).__name__}; wrap it, e.g. {{'value': ...}}"
+            )
+        type_, raw = self.serde.dumps_typed(dict(op.value))
+        size = len(raw) + len(namespace) + len(key)
+        if size > self.max_payload_bytes:
+            raise PayloadTooLargeError(size, self.max_payload_bytes, f"item {key!r}")
+        ttl = op.ttl if op.ttl is not None else None
+        ttl_ms = "" if ttl is None else str(_ttl_ms(ttl, "ttl"))
+        return ["mput", namespace, key, type_, raw, ttl_ms, *writer]
+
+    def _value(self, row: Any) -> Any:
+        return self.serde.loads_typed((_text(row[2]), row[3]))
+
+    def _item(
+        self,
+        namespace: tuple[str, ...],
+        key: str,
+        row: Any,
+        kind: type[Any],
+        value: Any = None,
+    ) -> Any:
+        created, updated = row[:2]
+        return kind(
+            namespace=namespace,
+            key=key,
+            value=self._value(row) if value is None else value,
+            created_at=_at(created),
+            updated_at=_at(updated),
+        )
+
+    def sweep(self) -> Flow[int]:
+        """Delete (as ``mdel`` events, why ``expired``) every item whose TTL ran out."""
+        head = (0, "chain" if self.chain else "", "sweep", _SWEEP_BATCH)
+        total = 0
+        buckets = builtins.list(range(STORE_BUCKETS))
+        while buckets:
+            ops = tuple(Eval("store_expire", self.keys(b), head, write=True) for b in buckets)
+            replies = yield Each(ops)
+            for reply in replies:
+                if isinstance(reply, Exception):
+                    raise reply
+            total += sum(replies)
+            # a bucket that hit the batch size may hold more
+            buckets = [b for b, n in zip(buckets, replies, strict=True) if n >= _SWEEP_BATCH]
+        return total
+
+    def rebuild(self) -> Flow[Replay]:
+        """Replay every bucket's log into its indexes (one atomic script per bucket)."""
+        ops = tuple(Eval("store_replay", self.keys(b), (), write=True) for b in _all())
+        applied = skipped = 0
+        problems: builtins.list[str] = []
+        for reply in (yield Each(ops)):
+            if isinstance(reply, Exception):
+                raise reply
+            applied += int(reply[0])
+            skipped += int(reply[1])
+            problems += [_text(p) for p in reply[2:]]
+        return Replay(applied, skipped, problems)
+
+    def verify(self) -> Flow[tuple[int, int, builtins.list[str]]]:
+        """Replay every bucket into scratch keys and diff with its indexes: (applied, skipped,
+        problems), each problem ``<bucket> <index> <missing|differs|extra> <member>``."""
+        ops = []
+        for b in _all():
+            keys = self.keys(b)
+            scratch = [k + ":verify" for k in keys[1:]]
+            ops.append(Eval("store_verify", (*keys, *scratch), (), write=True))
+        applied = skipped = 0
+        problems: builtins.list[str] = []
+        for b, reply in zip(_all(), (yield Each(tuple(ops))), strict=True):
+            if isinstance(reply, Exception):
+                raise reply
+            applied += int(reply[0])
+            skipped += int(reply[1])
+            problems += [f"bucket {b} {_text(p)}" for p in reply[2:]]
+        return applied, skipped, sorted(problems)
+
+    def verify_chain(self) -> Flow[builtins.list[tuple[int, ChainCheck]]]:
+        """Walk every bucket's digest chain (the same chain as a thread's, docs/audit.md)."""
+        out = []
+        for b in _all():
+            check = ChainCheck()
+            start = "-"
+            while True:
+                page = yield Call(("XRANGE", self.keys(b).log, start, "+", "COUNT", _LOG_PAGE))
+                for entry_id, fields in page:
+                    check.add(_text(entry_id), builtins.list(fields.items()))
+                if len(page) < _LOG_PAGE:
+                    break
+                start = "(" + _text(page[-1][0])
+            out.append((b, check))
+        return out
+
+    def history(
+        self, namespace: tuple[str, ...], key: str | None, values: bool
+    ) -> Flow[builtins.list[MemoryEvent]]:
+        """The events of ``namespace`` (and ``key``), oldest first, from its bucket's log."""
+        joined = _joined(tuple(namespace))
+        bucket = store_bucket(joined)
+        out = []
+        start = "-"
+        while True:
+            page = yield Call(("XRANGE", self.keys(bucket).log, start, "+", "COUNT", _LOG_PAGE))
+            for entry_id, fields in page:
+                if fields.get(b"ns") == joined.encode() and (
+                    key is None or fields.get(b"key") == key.encode()
+                ):
+                    event = memory_event(bucket, _text(entry_id), fields, self._serde(values))
+                    if event is not None:
+                        out.append(event)
+            if len(page) < _LOG_PAGE:
+                return out
+            start = "(" + _text(page[-1][0])
+
+    def changes(
+        self, after: StoreCursor | None, count: int, values: bool
+    ) -> Flow[tuple[builtins.list[MemoryEvent], StoreCursor]]:
+        """The events of every bucket after ``after`` (up to ``count`` per bucket), by time,
+        and the cursor to read on from: one pipelined read of every bucket's log. Entries this
+        version cannot read are passed over (the cursor moves past them)."""
+        positions = dict(after.positions) if after is not None else {}
+        reads = tuple(
+            Call(("XRANGE", self.keys(b).log, "(" + positions[b] if b in positions else "-",
+                  "+", "COUNT", count))
+            for b in _all()
+        )  # fmt: skip
+        events = []
+        for b, page in zip(_all(), (yield Each(reads)), strict=True):
+            if isinstance(page, Exception):
+                raise page
+            for entry_id, fields in page:
+                event = memory_event(b, _text(entry_id), fields, self._serde(values))
+                if event is not None:
+                    events.append(event)
+            if page:
+                positions[b] = _text(page[-1][0])
+        events.sort(key=lambda e: (e.at, e.bucket, e.id))
+        return events, StoreCursor(positions=positions)
+
+    def _serde(self, values: bool) -> SerializerProtocol | None:
+        return self.serde if values else None
+
+
+class _Reads:
+    """A batch's reads: the scripts to pipeline, and which replies answer which operation."""
+
+    def __init__(self, ops: Sequence[Op], core: StoreOperations) -> None:
+        self.evals: builtins.list[Eval] = []
+        # bucket -> (its reply's index, the gets it answers)
+        self.gets: dict[int, tuple[int, builtins.list[tuple[int, GetOp]]]] = {}
+        # operation index -> the replies [start, end) that answer it
+        self.spans: dict[int, tuple[int, int]] = {}
+        by_bucket: dict[int, builtins.list[tuple[int, GetOp]]] = {}
+        for i, op in enumerate(ops):
+            if isinstance(op, GetOp):
+                by_bucket.setdefault(store_bucket(_joined(op.namespace)), []).append((i, op))
+        for bucket, wanted in by_bucket.items():
+            self.gets[bucket] = (len(self.evals), wanted)
+            k = core.keys(bucket)
+            members = [_member(op.namespace, op.key) for _, op in wanted]
+            self.evals.append(Eval("store_read", (k.log, k.item), ("get", *members)))
+        for i, op in enumerate(ops):
+            start = len(self.evals)
+            if isinstance(op, SearchOp):
+                want = -1 if op.filter else op.offset + op.limit
+                args = ("search", _joined(op.namespace_prefix), want)
+                self.evals += core._every_bucket(args)
+            elif isinstance(op, ListNamespacesOp):
+                self.evals += core._every_bucket(("namespaces",))
+            else:
+                continue
+            self.spans[i] = (start, len(self.evals))
+
+
+def _member(namespace: tuple[str, ...], key: object) -> str:
+    return lp(_joined(namespace)) + str(key)
+
+
+def _all() -> range:
+    return range(STORE_BUCKETS)
+
+
+def _check_page(limit: object, offset: object) -> None:
+    for name, value, low in (("limit", limit, 0), ("offset", offset, 0)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < low:
+            raise InvalidInputError(f"{name}={value!r}: give an int >= {low}")
+
+
+def _namespaces(op: ListNamespacesOp, rows: Sequence[bytes]) -> builtins.list[tuple[str, ...]]:
+    """InMemoryStore's listing: match conditions, max_depth, sorted, then the page."""
+    namespaces = [tuple(_text(r).split(".")) for r in rows]
+    if op.match_conditions:
+        namespaces = [
+            ns for ns in namespaces if all(_does_match(c, ns) for c in op.match_conditions)
+        ]
+    if op.max_depth is not None:
+        namespaces = sorted({ns[: op.max_depth] for ns in namespaces})
+    else:
+        namespaces = sorted(set(namespaces))
+    return namespaces[op.offset : op.offset + op.limit]
+
+
+def _lost(reply: Exception) -> Exception:
+    message = str(reply)
+    if "STREAMSAVER_STORE_LOST" not in message:
+        return reply
+    eid = message.split("STREAMSAVER_STORE_LOST", 1)[1].strip()
+    return DataLostError(
+        f"a store index names event {eid}, which its bucket's log no longer holds; run "
+        f"store.verify() to see every such entry, and store.rebuild() to re-project the "
+        f"indexes from the logs"
+    )

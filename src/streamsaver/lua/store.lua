@@ -1,0 +1,163 @@
+-- The Store's projection: how a memory event changes a bucket's indexes. The writer
+-- (store_write.lua) calls store_apply() right after append_event(); store_replay.lua and
+-- store_verify.lua call it for every stored event. This is its only definition.
+--
+-- Every Store script touches the keys of ONE bucket, which share a hash tag (one cluster slot;
+-- streamsaver/_keys.py):
+--   KEYS[1] mlog  stream: the bucket's memory events, the only source of truth
+--   KEYS[2] mix   sorted set: score = updated_at (microseconds), member = lp(ns) .. key
+--   KEYS[3] mitem hash: lp(ns) .. key -> "<event id> <created us> <updated us> <expires ms>
+--                 <ttl ms> <value digest>" (expires/ttl 0: none); 'h' -> the last entry's dg
+--                 (common.lua's chain_head reads it), 't' -> the last event's time (us)
+--   KEYS[4] mns   hash: namespace -> items it holds (a namespace is listed while > 0)
+--   KEYS[5] mexp  sorted set: score = expires (ms), member = lp(ns) .. key, items with a TTL
+-- A namespace is its labels joined by '.', which no label holds, so it is one string; lp()
+-- makes ns .. key prefix-free whatever either holds.
+--
+-- Event fields (one XADD each): k 'mput' | 'mdel' | 'mtouch', sv, ns, key, at (us, the
+-- server's clock at write); for mput vt/v (the serde's type and bytes), vd (sha1 of
+-- lp(vt) .. v) and ttl (ms, '' none); od (the digest of the value replaced or deleted, ''
+-- none); who wrote it: thread, run, node (optional); why ('expired' for a TTL sweep's mdel);
+-- for mtouch, of (the event id of the value the read saw); then ch/dg (chain).
+
+local STORE_SCHEMA = 1
+
+-- "<eid> <created> <updated> <expires> <ttl> <vd>" -> table
+local function item_of(raw)
+  if not raw then
+    return nil
+  end
+  local eid, created, updated, expires, ttl, vd =
+    string.match(raw, '^(%S+) (%d+) (%d+) (%d+) (%d+) (%S*)$')
+  if not eid then
+    return nil
+  end
+  return { eid = eid, created = created, updated = updated, expires = tonumber(expires),
+           ttl = tonumber(ttl), vd = vd }
+end
+
+local function item_raw(it)
+  return it.eid .. ' ' .. it.created .. ' ' .. it.updated .. ' ' ..
+    string.format('%d', it.expires) .. ' ' .. string.format('%d', it.ttl) .. ' ' .. it.vd
+end
+
+local function now_us()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+-- Apply one memory event to the indexes in keys (mix, mitem, mns, mexp); returns nil, or a
+-- reason it was skipped (replay reports it; the writer never sends such an event).
+local function store_apply(keys, eid, f)
+  local mix, mitem, mns, mexp = keys[1], keys[2], keys[3], keys[4]
+  if f.dg then
+    redis.call('HSET', mitem, 'h', f.dg)
+  end
+  if tonumber(f.sv or '') ~= STORE_SCHEMA then
+    return 'schema ' .. tostring(f.sv) .. ' (from a newer streamsaver?)'
+  end
+  local at = tonumber(f.at or '')
+  if not (f.ns and f.key and at) then
+    return 'malformed (no ns, key or at)'
+  end
+  redis.call('HSET', mitem, 't', f.at)
+  local member = lp(f.ns) .. f.key
+  local old = item_of(redis.call('HGET', mitem, member))
+  if f.k == 'mput' then
+    local ttl = tonumber(f.ttl or '') or 0
+    local it = { eid = eid, created = old and old.created or f.at, updated = f.at,
+                 expires = ttl > 0 and math.floor(at / 1000) + ttl or 0, ttl = ttl,
+                 vd = f.vd or '' }
+    if not old then
+      redis.call('HINCRBY', mns, f.ns, 1)
+    end
+    redis.call('HSET', mitem, member, item_raw(it))
+    redis.call('ZADD', mix, at, member)
+    if it.expires > 0 then
+      redis.call('ZADD', mexp, it.expires, member)
+    else
+      redis.call('ZREM', mexp, member)
+    end
+  elseif f.k == 'mdel' then
+    if old then
+      redis.call('HDEL', mitem, member)
+      redis.call('ZREM', mix, member)
+      redis.call('ZREM', mexp, member)
+      if redis.call('HINCRBY', mns, f.ns, -1) <= 0 then
+        redis.call('HDEL', mns, f.ns)
+      end
+    end
+  elseif f.k == 'mtouch' then
+    -- a read refreshed the item's TTL: only its expiry moves, and only if it still is the
+    -- value the read saw
+    if old and old.ttl > 0 and old.eid == f.of then
+      old.expires = math.floor(at / 1000) + old.ttl
+      redis.call('HSET', mitem, member, item_raw(old))
+      redis.call('ZADD', mexp, old.expires, member)
+    end
+  else
+    return 'unknown kind ' .. tostring(f.k) .. ' (from a newer streamsaver?)'
+  end
+  return nil
+end
+
+-- What an event says about the item before it, or about itself, that the replay so far
+-- contradicts (verify's "ref" lines): a put's vd must be its value's digest, od the digest of
+-- the value it replaced (a removed or altered event breaks it), a touch's `of` the item's event
+local function store_refs(keys, eid, f)
+  local member = f.ns and f.key and (lp(f.ns) .. f.key)
+  if not member or tonumber(f.sv or '') ~= STORE_SCHEMA then
+    return nil
+  end
+  local old = item_of(redis.call('HGET', keys[2], member))
+  local vt = f.vt or ''
+  if f.k == 'mput' and f.vd ~= redis.sha1hex(#vt .. ':' .. vt .. (f.v or '')) then
+    return 'ref ' .. eid .. ' vd is not the digest of its value'
+  end
+  if (f.k == 'mput' or f.k == 'mdel') and (f.od or '') ~= (old and old.vd or '') then
+    return 'ref ' .. eid .. ' od is not the digest of the value before it'
+  end
+  if f.k == 'mtouch' and not (old and old.eid == f.of) then
+    return 'ref ' .. eid .. ' touches ' .. tostring(f.of) .. ', not the item\'s value'
+  end
+  return nil
+end
+
+-- Replay the whole of log into keys (emptied first): {applied, skipped, "<id> <reason>"...};
+-- with refs, also the store_refs() problems, as "ref ..." lines
+local function store_replay_into(log, keys, refs)
+  redis.call('DEL', unpack(keys))
+  local applied, skipped, problems, broken = 0, 0, {}, {}
+  local start = '-'
+  while true do
+    local page = redis.call('XRANGE', log, start, '+', 'COUNT', 1000)
+    for _, entry in ipairs(page) do
+      local f = fields_of(entry[2])
+      local ref = refs and #broken < 100 and store_refs(keys, entry[1], f)
+      if ref then
+        broken[#broken + 1] = ref
+      end
+      local why = store_apply(keys, entry[1], f)
+      if why then
+        skipped = skipped + 1
+        if #problems < 100 then
+          problems[#problems + 1] = entry[1] .. ' ' .. why
+        end
+      else
+        applied = applied + 1
+      end
+    end
+    if #page < 1000 then
+      break
+    end
+    start = '(' .. page[#page][1]
+  end
+  local out = { applied, skipped }
+  for _, p in ipairs(problems) do
+    out[#out + 1] = p
+  end
+  for _, p in ipairs(broken) do
+    out[#out + 1] = p
+  end
+  return out
+end

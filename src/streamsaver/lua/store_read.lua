@@ -1,0 +1,117 @@
+-- Reads of one or more buckets (several only on a standalone server, where every key is on
+-- one node; on a cluster the client sends one call per bucket, pipelined).
+-- ARGV[1]: 'get'; KEYS: mlog mitem of one bucket; ARGV[2..]: members (lp(ns) .. key): per
+--          member, false or {created, updated, vt, v, event id, ttl ms}
+-- ARGV[1]: 'search'; KEYS: mlog mix mitem mns of each bucket; ARGV[2]: namespace prefix (''
+--          for all); ARGV[3]: how many (-1: all): {member, created, updated, vt, v, event id,
+--          ttl ms} per item, the newest of all buckets given, newest first
+-- ARGV[1]: 'namespaces'; KEYS: mns mexp of each bucket: every namespace holding a live item
+
+-- Items whose TTL ran out are left out, as though the sweep had deleted them already.
+local mode = ARGV[1]
+local now_ms = math.floor(now_us() / 1000)
+
+local function alive(it)
+  return it and (it.expires == 0 or it.expires > now_ms)
+end
+
+local function value_of(log, it)
+  local found = redis.call('XRANGE', log, it.eid, it.eid)[1]
+  if not found then
+    return nil
+  end
+  local f = fields_of(found[2])
+  return { it.created, it.updated, f.vt, f.v, it.eid, string.format('%d', it.ttl) }
+end
+
+local function under(ns, prefix)
+  return prefix == '' or ns == prefix or string.sub(ns, 1, #prefix + 1) == prefix .. '.'
+end
+
+if mode == 'get' then
+  local out = {}
+  for i = 2, #ARGV do
+    local it = item_of(redis.call('HGET', KEYS[2], ARGV[i]))
+    local v = alive(it) and value_of(KEYS[1], it)
+    if it and not v and alive(it) then
+      return redis.error_reply('STREAMSAVER_STORE_LOST ' .. it.eid)
+    end
+    out[#out + 1] = v or false
+  end
+  return out
+end
+
+local out = {}
+if mode == 'namespaces' then
+  -- KEYS: mns mexp of each bucket. A namespace whose every item has expired is left out
+  -- already, as its items are: only the expired, not yet swept, items are looked at
+  for b = 1, #KEYS, 2 do
+    local expired = {}
+    for _, member in ipairs(redis.call('ZRANGEBYSCORE', KEYS[b + 1], '-inf', now_ms)) do
+      local ns = split_lp(member)
+      expired[ns] = (expired[ns] or 0) + 1
+    end
+    local flat = redis.call('HGETALL', KEYS[b])
+    for i = 1, #flat, 2 do
+      if tonumber(flat[i + 1]) > (expired[flat[i]] or 0) then
+        out[#out + 1] = flat[i]
+      end
+    end
+  end
+  return out
+end
+
+-- search; KEYS: mlog mix mitem mns of each bucket
+local prefix, want = ARGV[2], tonumber(ARGV[3])
+for b = 1, #KEYS, 4 do
+  local log, mix, mitem, mns = KEYS[b], KEYS[b + 1], KEYS[b + 2], KEYS[b + 3]
+  local matching = false
+  for _, ns in ipairs(redis.call('HKEYS', mns)) do
+    matching = matching or under(ns, prefix)
+  end
+  if matching then
+    -- newest first; a page at a time, until enough live items of the prefix are found
+    local found, start = 0, 0
+    while want < 0 or found < want do
+      local page = redis.call('ZREVRANGE', mix, start, start + 255)
+      for _, member in ipairs(page) do
+        local ns = split_lp(member)
+        if (want < 0 or found < want) and under(ns, prefix) then
+          local it = item_of(redis.call('HGET', mitem, member))
+          if alive(it) then
+            found = found + 1
+            out[#out + 1] = { member, it, log }
+          end
+        end
+      end
+      if #page < 256 then
+        break
+      end
+      start = start + 256
+    end
+  end
+end
+-- several buckets: only the newest `want` of them all are read and sent back
+if want >= 0 and #KEYS > 4 and #out > want then
+  -- ties (other servers' clocks) by member bytes, as the client orders them
+  table.sort(out, function(x, y)
+    local a, b = tonumber(x[2].updated), tonumber(y[2].updated)
+    if a ~= b then
+      return a > b
+    end
+    return bytes_lt(x[1], y[1])
+  end)
+end
+local rows = {}
+for i, row in ipairs(out) do
+  if want >= 0 and i > want then
+    break
+  end
+  local v = value_of(row[3], row[2])
+  if not v then
+    return redis.error_reply('STREAMSAVER_STORE_LOST ' .. row[2].eid)
+  end
+  table.insert(v, 1, row[1])
+  rows[#rows + 1] = v
+end
+return rows
