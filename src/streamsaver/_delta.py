@@ -24,6 +24,7 @@ import struct
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = [
     "ENTRY_BYTES",
@@ -83,6 +84,9 @@ class Known:
     chain: int  # tails since the snapshot
     chain_bytes: int
     snapshot_bytes: int
+    # with reuse_items: the objects ``body`` encodes, item for item (a list of its own, so a
+    # caller changing the list it got back changes nothing here)
+    items: list[Any] | None = None
 
     def extend(self, data: bytes, count: int, header: int) -> bytes | None:
         """The tail that turns this value into ``data``, if the policy allows one."""
@@ -213,7 +217,8 @@ class DeltaCache:
 
 
 def _cost(known: Known) -> int:
-    return len(known.body) + ENTRY_BYTES
+    # the objects themselves are counted by their encoding (the body); the list, per pointer
+    return len(known.body) + ENTRY_BYTES + (8 * len(known.items) if known.items else 0)
 
 
 def _size(written: Written | None) -> int:
