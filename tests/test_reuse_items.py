@@ -21,7 +21,7 @@ from langgraph.graph.state import CompiledStateGraph
 
 from streamsaver import AsyncRedisStreamSaver, RedisStreamSaver
 from streamsaver._codec import Codec
-from streamsaver._delta import Known
+from streamsaver._delta import ENTRY_BYTES, ITEM_BYTES, DeltaCache, Known
 from streamsaver._keys import thread_keys
 
 from .test_delta import Thread
@@ -238,6 +238,20 @@ def test_values_that_are_not_plain_lists_are_encoded_whole(
         ours, theirs = saver.get_tuple(config), plain.get_tuple(config)
         assert ours is not None and theirs is not None
         assert ours.checkpoint["channel_values"] == theirs.checkpoint["channel_values"]
+
+
+def test_the_cache_bound_counts_held_objects_and_keeps_the_bytes_when_they_do_not_fit() -> None:
+    body = b"x" * 100
+    cache = DeltaCache(ENTRY_BYTES + len(body) + 2 * ITEM_BYTES)
+    cache.put(("t", "", "c"), Known("i1", "1-1 b0", body, 2, 0, 0, 101, ["a", "b"]))
+    held = cache.get(("t", "", "c"))
+    assert held is not None and held.items == ["a", "b"]
+    assert cache.nbytes == ENTRY_BYTES + len(body) + 2 * ITEM_BYTES
+    cache.put(("t", "", "c"), Known("i2", "1-2 b0", body, 3, 0, 0, 101, ["a", "b", "c"]))
+    held = cache.get(("t", "", "c"))
+    # three objects are beyond the bound, the bytes are not: appends go on, decoding is whole
+    assert held is not None and held.version == "i2" and held.items is None
+    assert cache.nbytes == ENTRY_BYTES + len(body)
 
 
 # -- real graphs: the state after every step equals InMemorySaver's
