@@ -278,7 +278,7 @@ class Codec:
         array = split_array(data) if type_ == "msgpack" else None
         if array is None or array[0] != len(new):
             return None
-        return type_, array_header(len(value)) + known.body + data[array[1] :]
+        return type_, b"".join((array_header(len(value)), known.body, memoryview(data)[array[1] :]))
 
     def _appended(self, held: Known, items: bytes, count: int) -> list[Any] | None:
         """``held``'s objects followed by the decoded new items (``count`` of them, encoded
