@@ -13,6 +13,7 @@ import pytest
 import redis
 import redis.asyncio as aredis
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, RemoveMessage
+from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
@@ -357,3 +358,60 @@ async def test_async_chat_graph_matches_inmemorysaver(aclient: aredis.Redis, pre
     whole = [i for i in _inputs(60) if i.startswith(("forget", "fix"))]
     assert len([n for n in serde.dumped if n > 1]) <= len(whole) == 10
     assert serde.loaded == []
+
+
+def test_changing_a_returned_list_never_changes_a_later_read(
+    client: redis.Redis, prefix: str
+) -> None:
+    """The list is the caller's own: only its items are shared (the contract of reuse_items)."""
+    saver = _saver(client, prefix)
+    thread = Thread(saver)
+    messages = [_message(i) for i in range(5)]
+    thread.put(messages=messages)
+    for _ in range(2):
+        got = saver.get_tuple(thread.parent or {})
+        assert got is not None
+        value = got.checkpoint["channel_values"]["messages"]
+        assert value == messages
+        value.append(_message(99))
+        value.pop(0)
+        value.reverse()
+    messages.clear()
+    again = saver.get_tuple(thread.parent or {})
+    assert again is not None
+    assert again.checkpoint["channel_values"]["messages"] == [_message(i) for i in range(5)]
+
+
+async def test_async_reads_and_writes_with_evictions_read_back_exactly(
+    aclient: aredis.Redis, prefix: str
+) -> None:
+    writer = AsyncRedisStreamSaver(aclient, prefix=prefix, reuse_items=True)
+    reader = AsyncRedisStreamSaver(aclient, prefix=prefix, reuse_items=True)
+    config: dict[str, Any] = {"configurable": {"thread_id": "a", "checkpoint_ns": ""}}
+    messages: list[AnyMessage] = []
+    puts: list[tuple[Any, list[AnyMessage]]] = []
+    for i in range(40):
+        messages = [*messages, _message(i)]
+        parent = await writer.aget_tuple(config) if puts else None
+        checkpoint = generate_checkpoint(
+            channel_values={"messages": messages}, channel_versions={"messages": i + 1}
+        )
+        config = dict(
+            await writer.aput(
+                parent.config if parent else config,
+                checkpoint,
+                generate_metadata(step=i),
+                {"messages": i + 1},
+            )
+        )
+        puts.append((config, list(messages)))
+        if i % 7 == 3:
+            writer._ops.cache.drop_thread("a")  # type: ignore[union-attr]
+        got = await reader.aget_tuple(config)
+        assert got is not None
+        assert got.checkpoint["channel_values"]["messages"] == messages
+        messages = got.checkpoint["channel_values"]["messages"]
+    listed = [t async for t in reader.alist({"configurable": {"thread_id": "a"}})]
+    assert [t.checkpoint["channel_values"]["messages"] for t in listed] == [
+        v for _, v in reversed(puts)
+    ]
