@@ -6,6 +6,12 @@ the new items' bytes (the tail) are stored, with a link to that base. Reading co
 parts and decodes once, so a reader gets back the very bytes the serde produced: values are
 compared as bytes, never as objects, and anything that is not a msgpack array is stored whole.
 
+With ``reuse_items`` (opt-in, README "Reusing list items") a Known also keeps the objects its
+body encodes: a new value that starts with those very objects is encoded from the held body
+plus the new items' encoding, and a read that extends it decodes only the new items. The bytes
+are the same; what changes is that object identity stands for "unchanged", which holds only
+while no one mutates a checkpointed item in place.
+
 A new full value (a snapshot) is stored once the tails since the last snapshot outweigh it
 SNAPSHOT_SPACING times, so snapshots are spaced geometrically (each about 1 + SNAPSHOT_SPACING
 times the last) and their total stays within (1 + 1/SNAPSHOT_SPACING) of the final value: storage
