@@ -5,14 +5,16 @@ very value LangGraph put, whatever mix of writers, readers and cache misses."""
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
+from uuid import uuid4
 
 import ormsgpack
 import pytest
 import redis
 import redis.asyncio as aredis
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, RemoveMessage
+from langgraph.checkpoint.conformance import checkpointer_test, validate
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
@@ -25,7 +27,10 @@ from streamsaver._codec import Codec
 from streamsaver._delta import ENTRY_BYTES, ITEM_BYTES, DeltaCache, Known
 from streamsaver._keys import thread_keys
 
+from . import graphs
+from .test_conformance import _assert_all_passed
 from .test_delta import Thread
+from .test_graphs import assert_same
 
 
 class Recording(JsonPlusSerializer):
@@ -415,3 +420,67 @@ async def test_async_reads_and_writes_with_evictions_read_back_exactly(
     assert [t.checkpoint["channel_values"]["messages"] for t in listed] == [
         v for _, v in reversed(puts)
     ]
+
+
+# -- every scenario of tests/graphs.py, as test_graphs.py runs it, with reuse_items
+
+_SCENARIOS = [
+    graphs.linear,
+    graphs.hitl,
+    graphs.parallel_interrupts,
+    graphs.time_travel,
+    graphs.subgraph,
+    graphs.send_fanout,
+    graphs.long_thread,
+    graphs.stateful_replay,
+    graphs.stateful_interrupt,
+    graphs.subgraph_time_travel,
+]
+_ASYNC_SCENARIOS = [
+    graphs.alinear,
+    graphs.ahitl,
+    graphs.aparallel_interrupts,
+    graphs.atime_travel,
+    graphs.asubgraph,
+    graphs.asend_fanout,
+    graphs.along_thread,
+    graphs.astateful_replay,
+    graphs.astateful_interrupt,
+    graphs.asubgraph_time_travel,
+]
+
+
+@pytest.mark.parametrize("scenario", _SCENARIOS, ids=lambda f: f.__name__)
+def test_graph_scenarios_match_inmemorysaver(
+    client: redis.Redis, prefix: str, scenario: Callable[[Any], graphs.Observed]
+) -> None:
+    assert_same(scenario(_saver(client, prefix)), scenario(InMemorySaver()))
+
+
+@pytest.mark.parametrize("scenario", _ASYNC_SCENARIOS, ids=lambda f: f.__name__)
+async def test_async_graph_scenarios_match_inmemorysaver(
+    aclient: aredis.Redis,
+    prefix: str,
+    scenario: Callable[[Any], Awaitable[graphs.Observed]],
+) -> None:
+    saver = AsyncRedisStreamSaver(aclient, prefix=prefix, reuse_items=True)
+    assert_same(await scenario(saver), await scenario(InMemorySaver()))
+
+
+async def test_the_conformance_suite_passes_with_it(redis_url: str) -> None:
+    prefixes: list[str] = []
+
+    async def factory() -> AsyncIterator[AsyncRedisStreamSaver]:
+        prefixes.append(f"reuse{uuid4().hex[:8]}")
+        client = aredis.Redis.from_url(redis_url)
+        yield AsyncRedisStreamSaver(client, prefix=prefixes[-1], reuse_items=True)
+        await client.aclose()
+
+    try:
+        _assert_all_passed(await validate(checkpointer_test(name="reuse_items")(factory)))
+    finally:
+        client = redis.Redis.from_url(redis_url)
+        for prefix in prefixes:
+            for key in client.scan_iter(match=f"{prefix}*", count=1000):
+                client.unlink(key)
+        client.close()
