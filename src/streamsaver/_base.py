@@ -92,6 +92,7 @@ class StreamSaverBase(BaseCheckpointSaver[str]):
         keep_last: int | None = None,
         chain: bool = True,
         allow_eviction: bool = False,
+        reuse_items: bool = False,
         slot_move_timeout_s: float = DEFAULT_SLOT_MOVE_TIMEOUT_S,
     ) -> None:
         if serde is not None:
@@ -113,11 +114,14 @@ class StreamSaverBase(BaseCheckpointSaver[str]):
             ("fencing", fencing),
             ("chain", chain),
             ("allow_eviction", allow_eviction),
+            ("reuse_items", reuse_items),
         ):
             if not isinstance(flag, bool):
                 raise InvalidInputError(f"{name}={flag!r}: give True or False")
         self.fencing = fencing
         self.allow_eviction = allow_eviction
+        # see Codec.reuse_items and the README, "Reusing list items"
+        self.reuse_items = reuse_items
         self.ttl_seconds = _check_ttl(ttl_seconds)
         if keep_last is not None and (
             not isinstance(keep_last, int) or isinstance(keep_last, bool) or keep_last < 1
@@ -138,7 +142,7 @@ class StreamSaverBase(BaseCheckpointSaver[str]):
 
     def _operations(self) -> Operations:
         cache = DeltaCache(self.delta_cache_bytes) if self.delta_cache_bytes else None
-        codec = Codec(self.serde, self.max_payload_bytes)
+        codec = Codec(self.serde, self.max_payload_bytes, self.reuse_items)
         ops = Operations(self.prefix, codec, cache, self.durability)
         ops.fencing = self.fencing
         ops.ttl_ms = math.ceil(self.ttl_seconds * 1000) if self.ttl_seconds else 0

@@ -9,6 +9,7 @@ through the saver's serde as ``msgpack([type, bytes])``.
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -184,9 +185,15 @@ def _pairs(flat: Sequence[Any]) -> list[tuple[Any, Any]]:
 
 
 class Codec:
-    def __init__(self, serde: SerializerProtocol, max_payload_bytes: int) -> None:
+    def __init__(
+        self, serde: SerializerProtocol, max_payload_bytes: int, reuse_items: bool = False
+    ) -> None:
         self.serde = serde
         self.max_payload_bytes = max_payload_bytes
+        # Recognise a list's items already stored by identity: encode and decode only the new
+        # ones (README, "Reusing list items"). Sound only while no code mutates an item in
+        # place once it is checkpointed, so the saver's user opts in.
+        self.reuse_items = reuse_items
 
     def _dumps_typed(self, value: Any, what: str) -> tuple[str, bytes]:
         try:
@@ -217,14 +224,18 @@ class Codec:
         """The event field for one channel value, whole or as an append to ``known`` (naming
         the bytes of a write in ``written`` when the tail is one), and what the saver learns by
         storing it."""
-        type_, data = self._dumps_typed(value, f"the value of channel {channel!r}")
+        typed = self._extended(value, known) if self.reuse_items else None
+        if typed is None:
+            typed = self._dumps_typed(value, f"the value of channel {channel!r}")
+        type_, data = typed
         array = split_array(data) if type_ == "msgpack" else None
         if array is None:
             return ormsgpack.packb((type_, data)), None
         count, header = array
+        items = self._items(value, count)
         tail = known.extend(data, count, header) if known is not None else None
         if known is None or tail is None:
-            learned = Known(version, "", data[header:], count, 0, 0, len(data))
+            learned = Known(version, "", data[header:], count, 0, 0, len(data), items)
             return ormsgpack.packb((type_, data)), learned
         learned = Known(
             version,
@@ -234,12 +245,52 @@ class Codec:
             known.chain + 1,
             known.chain_bytes + len(tail),
             known.snapshot_bytes,
+            items,
         )
         shared = written.sharing(tail) if written is not None else None
         if shared is not None:
             # str and int only: read.lua unpacks it with cmsgpack to follow the reference
             return ormsgpack.packb(("shared", *shared, count - known.count)), learned
         return ormsgpack.packb(("append", tail, count - known.count)), learned
+
+    def _items(self, value: Any, count: int) -> list[Any] | None:
+        """What a Known keeps of a list value's objects, with reuse_items."""
+        if self.reuse_items and type(value) is list and len(value) == count:
+            return value.copy()
+        return None
+
+    def _extended(self, value: Any, known: Known | None) -> tuple[str, bytes] | None:
+        """The serde's encoding of ``value``, built from ``known``'s body and an encoding of
+        only the items after it, when ``value`` starts with the very objects ``known`` holds.
+        A msgpack array is its header then each item's encoding in turn, so this is the
+        serde's own bytes; a serde whose list encoding is anything else (EncryptedSerializer's
+        ciphertext, a JSON or pickle fallback) gives back no array, and None sends it whole."""
+        if known is None or known.items is None or type(value) is not list:
+            return None
+        held = known.items
+        if len(value) < len(held) or not all(map(operator.is_, held, value)):
+            return None
+        new = value[len(held) :]
+        try:
+            type_, data = self.serde.dumps_typed(new)
+        except (TypeError, ValueError, OverflowError):
+            return None  # the whole value's encoding reports it, naming the channel
+        array = split_array(data) if type_ == "msgpack" else None
+        if array is None or array[0] != len(new):
+            return None
+        return type_, b"".join((array_header(len(value)), known.body, memoryview(data)[array[1] :]))
+
+    def _appended(self, held: Known, items: bytes, count: int) -> list[Any] | None:
+        """``held``'s objects followed by the decoded new items (``count`` of them, encoded
+        in ``items``), with reuse_items; None to decode the whole value."""
+        if not self.reuse_items or held.items is None or len(held.items) != held.count:
+            return None
+        if not count:
+            return held.items.copy()
+        new = self.serde.loads_typed(("msgpack", array_header(count) + items))
+        if type(new) is not list or len(new) != count:
+            return None
+        return [*held.items, *new]
 
     @staticmethod
     def unshared(raw: bytes, fields_of: Callable[[str], Mapping[bytes, bytes] | None]) -> bytes:
@@ -375,6 +426,7 @@ class Codec:
             count, body, chain, chain_bytes = held.count, [held.body], held.chain, held.chain_bytes
             snapshot_bytes = held.snapshot_bytes
             tails = parts
+            base: Known | None = held
         else:
             type_, data = ormsgpack.unpackb(parts[-1])
             array = split_array(data) if type_ == "msgpack" else None
@@ -383,16 +435,28 @@ class Codec:
             count, header = array
             body, chain, chain_bytes, snapshot_bytes = [data[header:]], 0, 0, len(data)
             tails = parts[:-1]
+            base = None
         for raw in reversed(tails):
             _, tail, appended = ormsgpack.unpackb(raw)
             body.append(tail)
             count += appended
             chain += 1
             chain_bytes += len(tail)
+        value = None
+        if base is not None:
+            value = self._appended(base, b"".join(body[1:]), count - base.count)
         items = b"".join(body)
-        value = self.serde.loads_typed(("msgpack", array_header(count) + items))
+        if value is None:
+            value = self.serde.loads_typed(("msgpack", array_header(count) + items))
         known = Known(
-            version.decode(), head.decode(), items, count, chain, chain_bytes, snapshot_bytes
+            version.decode(),
+            head.decode(),
+            items,
+            count,
+            chain,
+            chain_bytes,
+            snapshot_bytes,
+            self._items(value, count),
         )
         return value, known
 

@@ -98,6 +98,7 @@ class RedisStreamSaver(StreamSaverBase):
         keep_last: int | None = None,
         chain: bool = True,
         allow_eviction: bool = False,
+        reuse_items: bool = False,
         slot_move_timeout_s: float = DEFAULT_SLOT_MOVE_TIMEOUT_S,
     ) -> None:
         if not isinstance(client, (redis.Redis, RedisCluster)):
@@ -119,6 +120,7 @@ class RedisStreamSaver(StreamSaverBase):
             keep_last=keep_last,
             chain=chain,
             allow_eviction=allow_eviction,
+            reuse_items=reuse_items,
             slot_move_timeout_s=slot_move_timeout_s,
         )
         self.client = client
@@ -147,6 +149,7 @@ class RedisStreamSaver(StreamSaverBase):
         keep_last: int | None = None,
         chain: bool = True,
         allow_eviction: bool = False,
+        reuse_items: bool = False,
         cluster: bool | None = None,
     ) -> Iterator[RedisStreamSaver]:
         """A saver on a client it creates from ``url`` and closes on exit. ``cluster``: use a
@@ -173,6 +176,7 @@ class RedisStreamSaver(StreamSaverBase):
                 keep_last=keep_last,
                 chain=chain,
                 allow_eviction=allow_eviction,
+                reuse_items=reuse_items,
             )
             # the server is checked here, so a server that cannot keep threads is refused
             # before the caller uses the saver
