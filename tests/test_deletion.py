@@ -280,3 +280,23 @@ def test_operations_that_free_memory_work_out_of_memory(
     else:
         assert saver.verify("a")[2] == []
         assert saver.verify_chain("a").ok
+
+
+def test_the_deletion_never_takes_the_id_of_an_event_it_deleted(
+    sync_saver: RedisStreamSaver, redis_client: redis.Redis
+) -> None:
+    """A log re-created after DEL numbers its entries afresh: a deletion in the millisecond of
+    the last deleted event could take a deleted event's id, and a tail's feed pointer to that
+    event would then read the deletion instead (seen as a duplicate in tail_all)."""
+    history(sync_saver, 2, "t")
+    log = thread_keys(sync_saver.prefix, "t").log
+    (_, fields), *_ = redis_client.xrevrange(log, count=1)
+    seconds, micros = redis_client.time()
+    # the last event a minute ahead: the deletion lands "within its millisecond" for sure
+    ahead = f"{seconds * 1000 + micros // 1000 + 60_000}-0"
+    redis_client.xadd(log, fields, id=ahead)
+    sync_saver.delete_thread("t")
+    [(deletion_id, deletion)] = redis_client.xrange(log)
+    assert deletion[b"k"] == b"thread_deleted"
+    ms, seq = (int(x) for x in deletion_id.decode().split("-"))
+    assert (ms, seq) > (int(ahead.split("-")[0]), 0)

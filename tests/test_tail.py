@@ -655,7 +655,8 @@ def test_a_pointer_to_a_deleted_thread_is_reported_as_gone(sync_saver: RedisStre
     sync_saver.delete_thread("gone")
     reports: list[SkippedEvent] = []
     # the log starts again with the deletion, which tailers read like any event
-    every = sync_saver.tail_all(after="0", follow=False, on_skip=reports.append)
+    every = list(sync_saver.tail_all(after="0", follow=False, on_skip=reports.append))
+    assert len(every) == 1, [(e.kind, e.id, e.thread_id) for e in every]
     [deleted] = every
     assert deleted.kind == "thread_deleted" and deleted.thread_deleted is not None
     assert deleted.thread_deleted.count == 2

@@ -152,7 +152,7 @@ local function chain_head(log)
   return prev
 end
 
-local function append_event(log, fields)
+local function append_event(log, fields, id)
   local dg = nil
   if ARGV[2] == 'chain' then
     local prev = chain_head(log)
@@ -170,7 +170,7 @@ local function append_event(log, fields)
     fields[#fields + 1] = dg
   end
   heads[log] = dg or ''
-  return redis.call('XADD', log, '*', unpack(fields)), dg
+  return redis.call('XADD', log, id or '*', unpack(fields)), dg
 end
 
 -- The slot's thread index, named after its feed (streamsaver/_feed.py: '<prefix>:{<slot tag>}:'

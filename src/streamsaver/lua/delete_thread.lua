@@ -50,7 +50,18 @@ local ev = {'k', 'thread_deleted', 'sv', tostring(SCHEMA), 'thread', ARGV[3], 'n
             'last', last_id, 'head', head, 'upto', upto}
 local f = fields_of(ev)
 local id
-id, f.dg = append_event(KEYS[1], ev)
+-- A log re-created after DEL numbers its entries afresh: within the millisecond of the last
+-- deleted entry, the deletion could take the id of a deleted event, and a feed pointer to that
+-- event would then read the deletion. Its id follows the last deleted one instead.
+local after = nil
+if last_id ~= '' then
+  local ms, seq = string.match(last_id, '^(%d+)%-(%d+)$')
+  local now = redis.call('TIME')
+  if tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) <= tonumber(ms) then
+    after = ms .. '-' .. string.format('%d', tonumber(seq) + 1)
+  end
+end
+id, f.dg = append_event(KEYS[1], ev, after)
 apply(KEYS[1], KEYS[2], KEYS[3], id, f)
 notify(KEYS[4], ARGV[1], id, f)
 local ttl = tonumber(ARGV[5]) or 0
