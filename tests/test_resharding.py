@@ -6,6 +6,7 @@ nothing acknowledged is lost, and tailers see every event once."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import operator
 import threading
 import time
@@ -121,11 +122,24 @@ def _ids(events: list[ThreadEvent], thread_id: str) -> list[str]:
     return [e.id for e in events if e.thread_id == thread_id]
 
 
+@pytest.fixture
+def _collect_garbage() -> Iterator[None]:
+    yield
+    gc.collect()
+
+
 def _grows(runs: list[int], by: int, what: str) -> None:
     target = len(runs) + by
     _until(lambda: len(runs) >= target, what)
 
 
+# redis-py's asyncio cluster client replaces its ClusterNode objects when a failover changes the
+# layout and leaves connections busy at that moment (a tail's blocking read) to the garbage
+# collector: its leak, not the saver's. Collected at the end of this test (the fixture below),
+# so the warnings land here and not in whichever test runs next.
+@pytest.mark.filterwarnings("ignore::ResourceWarning")
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+@pytest.mark.usefixtures("_collect_garbage")
 def test_graphs_and_tailers_run_through_resharding_and_failover(
     replicated: EmbeddedCluster,
 ) -> None:
