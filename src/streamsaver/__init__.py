@@ -4,6 +4,8 @@ from ._base import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_PREFIX
 from ._codec import SCHEMA_VERSION
 from ._durability import DurabilityError, DurabilityMode
 from ._errors import (
+    AuthenticationFailedError,
+    ConnectionFailedError,
     CorruptIndexError,
     DanglingVersionError,
     DataLostError,
@@ -21,6 +23,7 @@ from ._errors import (
     SlotMovingError,
     StreamSaverError,
     ThreadDeletedError,
+    TLSError,
     UnsupportedServerError,
 )
 from ._ops import Replay
@@ -32,6 +35,8 @@ __all__ = [
     "DEFAULT_PREFIX",
     "SCHEMA_VERSION",
     "AsyncRedisStreamSaver",
+    "AuthenticationFailedError",
+    "ConnectionFailedError",
     "CorruptIndexError",
     "DanglingVersionError",
     "DataLostError",
@@ -52,6 +57,7 @@ __all__ = [
     "ServerUnavailableError",
     "SlotMovingError",
     "StreamSaverError",
+    "TLSError",
     "ThreadDeletedError",
     "UnsupportedServerError",
 ]
