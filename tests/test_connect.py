@@ -129,7 +129,9 @@ def test_bad_connection_options_are_refused(options: dict[str, object]) -> None:
 def test_the_readme_names_every_exported_error_and_only_those() -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     section = readme.split("\n## Errors\n", 1)[1].split("\n## ", 1)[0]
-    named = set(re.findall(r"`(?:streamsaver\.)?(\w+(?:Error|Warning))`", section)) - set(dir(builtins))
+    named = set(re.findall(r"`(?:streamsaver\.)?(\w+(?:Error|Warning))`", section)) - set(
+        dir(builtins)
+    )
     named.discard("ConnectionError")  # redis-py's, named as what the typed errors also are
     exported = {
         name

@@ -103,9 +103,12 @@ def run(args: argparse.Namespace, prog: str) -> int:
     if not args.url:
         print(f"{prog}: no Redis to talk to: pass --url or set $REDIS_URL", file=sys.stderr)
         return 2
+    from .cli import require_threads
     from .saver import RedisStreamSaver
 
     with RedisStreamSaver.from_conn_string(args.url, prefix=args.prefix, serde=_serde(args)) as s:
+        if args.thread_id is not None and verb in ("show", "verify"):
+            require_threads(s, [args.thread_id])
         if verb == "show":
             return _show(s, args)
         targets = s.thread_ids(deleted=True) if args.all else [args.thread_id]
