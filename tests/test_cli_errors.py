@@ -4,6 +4,7 @@ code, never a traceback (unless --debug)."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -134,3 +135,12 @@ def test_a_closed_pipe_is_no_traceback(sync_saver: RedisStreamSaver, redis_url: 
         assert "BrokenPipe" not in out.stderr
         assert len(out.stdout.splitlines()) == 1
         assert out.returncode == 0, (command, out.stderr)
+
+
+def test_the_readme_lists_the_exit_codes_help_prints() -> None:
+    from streamsaver.cli import EXIT_CODES
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    documented = {int(code) for code in re.findall(r"^\| (\d+) \|", readme, flags=re.M)}
+    printed = {int(code) for code in re.findall(r"^  (\d+)  ", EXIT_CODES, flags=re.M)}
+    assert documented == printed == {0, 1, 2, 3, 4, 130}
