@@ -3,6 +3,7 @@ code, never a traceback (unless --debug)."""
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import subprocess
@@ -144,3 +145,24 @@ def test_the_readme_lists_the_exit_codes_help_prints() -> None:
     documented = {int(code) for code in re.findall(r"^\| (\d+) \|", readme, flags=re.M)}
     printed = {int(code) for code in re.findall(r"^  (\d+)  ", EXIT_CODES, flags=re.M)}
     assert documented == printed == {0, 1, 2, 3, 4, 130}
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_the_progress_bar_shows_on_a_terminal_only() -> None:
+    from streamsaver.maintenance import progress_bar
+
+    terminal = _Terminal()
+    with progress_bar("verify", terminal) as progress:
+        assert progress is not None
+        for done in range(1, 4):
+            progress(done, 3)
+    assert "3/3" in terminal.getvalue()
+    assert "verify" in terminal.getvalue()
+    piped = io.StringIO()
+    with progress_bar("verify", piped) as progress:
+        assert progress is None
+    assert piped.getvalue() == ""

@@ -148,16 +148,22 @@ def _export(saver: RedisStreamSaver, targets: list[str], out: str) -> int:
 
 
 def _verify(saver: RedisStreamSaver, targets: list[str]) -> int:
+    from .maintenance import progress_bar
+
     failed = 0
-    for thread_id in targets:
-        check = saver.verify_chain(thread_id)
-        if check.problem is None:
-            print(f"{thread_id!r}: {check.events} event(s), chain intact, head {check.head}")
-        else:
-            print(f"{thread_id!r}: BROKEN at {check.problem}")
-        for line in check.references:
-            print(f"{thread_id!r}: {line}")
-        failed += not check.ok
+    # printed as each thread is checked: the bar keeps itself below the lines on a terminal
+    with progress_bar("audit verify") as progress:
+        for done, thread_id in enumerate(targets, 1):
+            check = saver.verify_chain(thread_id)
+            if check.problem is None:
+                print(f"{thread_id!r}: {check.events} event(s), chain intact, head {check.head}")
+            else:
+                print(f"{thread_id!r}: BROKEN at {check.problem}")
+            for line in check.references:
+                print(f"{thread_id!r}: {line}")
+            failed += not check.ok
+            if progress:
+                progress(done, len(targets))
     print(f"verified {len(targets)} thread(s): {failed} broken")
     return 1 if failed else 0
 

@@ -373,7 +373,8 @@ def _maintain(args: argparse.Namespace, prog: str) -> int:
         if not args.all:
             require_threads(saver, targets)
         if args.command == "rebuild":
-            report = rebuild_threads(saver, targets, progress_bar())
+            with progress_bar("rebuild") as progress:
+                report = rebuild_threads(saver, targets, progress)
             for thread_id, problems in report.problems.items():
                 for problem in problems:
                     print(f"{thread_id!r}: skipped {problem}")
@@ -387,7 +388,8 @@ def _maintain(args: argparse.Namespace, prog: str) -> int:
                     f"rebuilt the projector's keys: {saver.seed_projections()} threads registered"
                 )
             return 1 if report.skipped else 0
-        report = verify_threads(saver, targets, progress_bar())
+        with progress_bar("verify") as progress:
+            report = verify_threads(saver, targets, progress)
         for thread_id, differences in report.differences.items():
             for difference in differences:
                 print(f"{thread_id!r}: {difference}")
