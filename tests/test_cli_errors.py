@@ -4,11 +4,13 @@ code, never a traceback (unless --debug)."""
 from __future__ import annotations
 
 import io
+import json
 import os
 import re
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import redis
@@ -166,3 +168,24 @@ def test_the_progress_bar_shows_on_a_terminal_only() -> None:
     with progress_bar("verify", piped) as progress:
         assert progress is None
     assert piped.getvalue() == ""
+
+
+def test_verify_rebuild_and_audit_verify_print_json(
+    sync_saver: RedisStreamSaver, redis_url: str, tmp_path: Path
+) -> None:
+    _fill(sync_saver, ["a", "b"])
+    prefix = sync_saver.prefix
+    verify = _cli("verify", "--all", "--json", "--prefix", prefix, url=redis_url)
+    assert verify.returncode == 0, verify.stderr
+    assert json.loads(verify.stdout)["threads"] == 2
+    rebuild = _cli("rebuild", "--thread", "a", "--json", "--prefix", prefix, url=redis_url)
+    assert json.loads(rebuild.stdout)["applied"] == 6
+    chains = _cli("audit", "verify", "--all", "--json", "--prefix", prefix, url=redis_url)
+    lines = [json.loads(line) for line in chains.stdout.splitlines()]
+    assert sorted(line["thread_id"] for line in lines) == ["a", "b"]
+    assert all(line["ok"] for line in lines)
+    export = tmp_path / "export.jsonl"
+    _cli("audit", "export", "--all", "--out", str(export), "--prefix", prefix, url=redis_url)
+    checked = _cli("audit", "verify", "--file", str(export), "--json")
+    assert checked.returncode == 0, checked.stderr
+    assert [json.loads(line)["ok"] for line in checked.stdout.splitlines()] == [True, True]

@@ -213,6 +213,7 @@ def build_parser(
     )
     common_options(cmd)
     _which_threads(cmd)
+    cmd.add_argument("--json", action="store_true", help="the report as one JSON object")
     cmd = sub.add_parser(
         "verify",
         help="check every reference events make, and the indexes against a replay",
@@ -223,6 +224,7 @@ def build_parser(
     )
     common_options(cmd)
     _which_threads(cmd)
+    cmd.add_argument("--json", action="store_true", help="the report as one JSON object")
     if demo:
         _tail_parser(sub)
         from ._cli_audit import add_parsers
@@ -339,6 +341,9 @@ def dispatch(args: argparse.Namespace, prog: str) -> int:
 
 
 def _maintain(args: argparse.Namespace, prog: str) -> int:
+    import json
+    from dataclasses import asdict
+
     from redis.exceptions import NoPermissionError
 
     from .maintenance import progress_bar, rebuild_threads, verify_threads
@@ -375,6 +380,10 @@ def _maintain(args: argparse.Namespace, prog: str) -> int:
         if args.command == "rebuild":
             with progress_bar("rebuild") as progress:
                 report = rebuild_threads(saver, targets, progress)
+            projector = saver.seed_projections() if args.all else None
+            if args.json:
+                print(json.dumps({**asdict(report), "projector_threads": projector}))
+                return 1 if report.skipped else 0
             for thread_id, problems in report.problems.items():
                 for problem in problems:
                     print(f"{thread_id!r}: skipped {problem}")
@@ -383,13 +392,14 @@ def _maintain(args: argparse.Namespace, prog: str) -> int:
                 f"{report.skipped} skipped (unknown kind, newer schema, malformed or "
                 f"referencing what is not stored)"
             )
-            if args.all:
-                print(
-                    f"rebuilt the projector's keys: {saver.seed_projections()} threads registered"
-                )
+            if projector is not None:
+                print(f"rebuilt the projector's keys: {projector} threads registered")
             return 1 if report.skipped else 0
         with progress_bar("verify") as progress:
             report = verify_threads(saver, targets, progress)
+        if args.json:
+            print(json.dumps(asdict(report)))
+            return 1 if report.differences else 0
         for thread_id, differences in report.differences.items():
             for difference in differences:
                 print(f"{thread_id!r}: {difference}")
