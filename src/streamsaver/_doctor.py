@@ -212,7 +212,10 @@ def _permissions(client: redis.Redis, prefix: str) -> Check:
                 *command
             )
             tried.append(name)
-    except NoPermissionError as exc:
+    except ResponseError as exc:
+        if not isinstance(exc, NoPermissionError):
+            # e.g. MOVED on a cluster node that does not serve the probe key's slot
+            return Check("permissions", "warn", f"could not probe under {prefix!r}: {exc}")
         if {"XRANGE", "EVAL_RO"} <= set(tried):
             return Check(
                 "permissions",
@@ -227,7 +230,7 @@ def _permissions(client: redis.Redis, prefix: str) -> Check:
             f"apply `streamsaver acl --prefix {prefix}` as an admin",
         )
     finally:
-        with contextlib.suppress(NoPermissionError):
+        with contextlib.suppress(ResponseError):
             client.delete(key)
     return Check("permissions", "ok", f"read, write and scripts under {prefix!r}:{{...}}")
 
