@@ -493,10 +493,11 @@ def _tail(args: argparse.Namespace, prog: str) -> int:
         if args.all:
             reader = saver.tail_all(after=after, **options)
         else:
-            if not args.follow:
-                # with --follow, waiting for a thread that has not started yet is the point
-                require_threads(saver, [args.thread_id])
             reader = saver.tail(args.thread_id, after=after, **options)
+            if not args.follow:
+                # after tail() checked the options: a usage error is reported before this.
+                # With --follow, waiting for a thread that has not started yet is the point
+                require_threads(saver, [args.thread_id])
         try:
             with reader:
                 for event in reader:
