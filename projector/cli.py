@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 from types import FrameType
 
-from streamsaver import RedisStreamSaver, StreamSaverError
+from streamsaver import RedisStreamSaver
 from streamsaver import cli as saver_cli
 
 from .service import DEFAULT_GROUP, Projector
@@ -72,26 +72,33 @@ def _commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     cmd.add_argument("--json", action="store_true", help="print the ProjectorLag as JSON")
 
 
+DESCRIPTION = (
+    "The streamsaver projector: keeps the cross-thread projections (thread registry, run "
+    "index, metadata index) current by consuming every thread's events; rebuilds and verifies "
+    "indexes by replay."
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    return saver_cli.build_parser(PROG, demo=False, extra=_commands)
+    return saver_cli.build_parser(PROG, demo=False, extra=_commands, description=DESCRIPTION)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
     if args.command not in ("run", "status"):
-        return saver_cli.main(argv, prog=PROG, demo=False)
+        return saver_cli.guarded(PROG, args.debug, lambda: saver_cli.dispatch(args, PROG))
     if not args.url:
         print(f"{PROG}: no Redis to talk to: pass --url or set $REDIS_URL", file=sys.stderr)
         return 2
-    try:
+
+    def command() -> int:
         with RedisStreamSaver.from_conn_string(args.url, prefix=args.prefix) as saver:
             if args.command == "status":
                 return _status(saver, args.json)
             return _run(saver, args)
-    except StreamSaverError as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
-        return 2
+
+    return saver_cli.guarded(PROG, args.debug, command)
 
 
 def _status(saver: RedisStreamSaver, as_json: bool) -> int:

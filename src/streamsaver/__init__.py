@@ -4,6 +4,8 @@ from ._base import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_PREFIX
 from ._codec import SCHEMA_VERSION
 from ._durability import DurabilityError, DurabilityMode
 from ._errors import (
+    AuthenticationFailedError,
+    ConnectionFailedError,
     CorruptIndexError,
     DanglingVersionError,
     DataLostError,
@@ -21,6 +23,7 @@ from ._errors import (
     SlotMovingError,
     StreamSaverError,
     ThreadDeletedError,
+    TLSError,
     UnsupportedServerError,
 )
 from ._ops import Replay
@@ -34,6 +37,8 @@ __all__ = [
     "SCHEMA_VERSION",
     "AsyncRedisStreamSaver",
     "AsyncRedisStreamStore",
+    "AuthenticationFailedError",
+    "ConnectionFailedError",
     "CorruptIndexError",
     "DanglingVersionError",
     "DataLostError",
@@ -55,6 +60,7 @@ __all__ = [
     "ServerUnavailableError",
     "SlotMovingError",
     "StreamSaverError",
+    "TLSError",
     "ThreadDeletedError",
     "UnsupportedServerError",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from collections.abc import Callable
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from langgraph.checkpoint.serde.base import SerializerProtocol
 
+    from ._chain import ChainCheck
     from .saver import RedisStreamSaver
 
 __all__ = ["add_parsers", "run"]
@@ -83,6 +85,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser], common
     )
     _threads(verify, common)
     verify.add_argument("--file", metavar="FILE", help="an export file to check (no Redis)")
+    verify.add_argument("--json", action="store_true", help="one JSON object per thread")
 
 
 def _serde(args: argparse.Namespace) -> SerializerProtocol | None:
@@ -103,15 +106,18 @@ def run(args: argparse.Namespace, prog: str) -> int:
     if not args.url:
         print(f"{prog}: no Redis to talk to: pass --url or set $REDIS_URL", file=sys.stderr)
         return 2
+    from .cli import require_threads
     from .saver import RedisStreamSaver
 
     with RedisStreamSaver.from_conn_string(args.url, prefix=args.prefix, serde=_serde(args)) as s:
+        if args.thread_id is not None and verb in ("show", "verify"):
+            require_threads(s, [args.thread_id])
         if verb == "show":
             return _show(s, args)
         targets = s.thread_ids(deleted=True) if args.all else [args.thread_id]
         if verb == "export":
             return _export(s, targets, args.out)
-        return _verify(s, targets)
+        return _verify(s, targets, args.json)
 
 
 def _show(saver: RedisStreamSaver, args: argparse.Namespace) -> int:
@@ -144,21 +150,42 @@ def _export(saver: RedisStreamSaver, targets: list[str], out: str) -> int:
     return 0
 
 
-def _verify(saver: RedisStreamSaver, targets: list[str]) -> int:
+def _verify(saver: RedisStreamSaver, targets: list[str], as_json: bool) -> int:
+    from .maintenance import progress_bar
+
     failed = 0
-    for thread_id in targets:
-        check = saver.verify_chain(thread_id)
-        if check.problem is None:
-            print(f"{thread_id!r}: {check.events} event(s), chain intact, head {check.head}")
-        else:
-            print(f"{thread_id!r}: BROKEN at {check.problem}")
-        for line in check.references:
-            print(f"{thread_id!r}: {line}")
-        if check.unchecked:
-            print(f"{thread_id!r}: {check.unchecked}", file=sys.stderr)
-        failed += not check.ok
-    print(f"verified {len(targets)} thread(s): {failed} broken")
+    # printed as each thread is checked: the bar keeps itself below the lines on a terminal
+    with progress_bar("audit verify") as progress:
+        for done, thread_id in enumerate(targets, 1):
+            check = saver.verify_chain(thread_id)
+            failed += not check.ok
+            if progress:
+                progress(done, len(targets))
+            if as_json:
+                print(json.dumps(_chain_json(thread_id, check)))
+                continue
+            if check.problem is None:
+                print(f"{thread_id!r}: {check.events} event(s), chain intact, head {check.head}")
+            else:
+                print(f"{thread_id!r}: BROKEN at {check.problem}")
+            for line in check.references:
+                print(f"{thread_id!r}: {line}")
+            if check.unchecked:
+                print(f"{thread_id!r}: {check.unchecked}", file=sys.stderr)
+    if not as_json:
+        print(f"verified {len(targets)} thread(s): {failed} broken")
     return 1 if failed else 0
+
+
+def _chain_json(thread_id: str, check: ChainCheck) -> dict[str, object]:
+    return {
+        "thread_id": thread_id,
+        "ok": check.ok,
+        "events": check.events,
+        "head": check.head,
+        "problem": None if check.problem is None else str(check.problem),
+        "references": check.references,
+    }
 
 
 def _verify_file(args: argparse.Namespace) -> int:
@@ -169,6 +196,10 @@ def _verify_file(args: argparse.Namespace) -> int:
     with open(args.file, encoding="utf-8") as file:
         reports = verify_export(file, _serde(args) or JsonPlusSerializer())
     failed = [r for r in reports if r.problem is not None]
+    if args.json:
+        for report in reports:
+            print(json.dumps({"ok": report.problem is None, **dataclasses.asdict(report)}))
+        return 1 if failed else 0
     for report in reports:
         state = "intact" if report.problem is None else f"BROKEN: {report.problem}"
         print(f"{report.thread_id!r}: {report.events} event(s), head {report.head}: {state}")

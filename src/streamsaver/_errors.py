@@ -6,6 +6,12 @@ StreamSaverError
 │   └── PayloadTooLargeError            an event beyond ``max_payload_bytes``
 ├── UnsupportedServerError              the Redis server lacks a needed feature
 ├── SlotMovingError                     a cluster slot stayed in motion past slot_move_timeout_s
+├── ServerUnavailableError              the server did not answer (also redis ConnectionError)
+│   ├── ServerTimeoutError              ... within the socket timeout
+│   ├── ConnectionFailedError           no connection: refused, unreachable, unknown host
+│   ├── AuthenticationFailedError       a wrong user or password, or none given (never retried)
+│   └── TLSError                        a TLS handshake failed: rediss:// on a plain port, or a
+│                                       certificate the client does not trust
 ├── IntegrityError                     stored data is incomplete or inconsistent: a read or
 │   │                                   write would otherwise hand back or build partial state
 │   ├── CorruptIndexError               an index disagrees with the log: rebuild the thread
@@ -20,14 +26,17 @@ from __future__ import annotations
 
 import re
 import shlex
-from urllib.parse import unquote
+from urllib.parse import unquote, urlsplit
 
 import ormsgpack
+from redis.exceptions import AuthenticationError as RedisAuthenticationError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 __all__ = [
+    "AuthenticationFailedError",
+    "ConnectionFailedError",
     "CorruptIndexError",
     "DanglingVersionError",
     "DataLostError",
@@ -44,6 +53,7 @@ __all__ = [
     "ServerUnavailableError",
     "SlotMovingError",
     "StreamSaverError",
+    "TLSError",
     "ThreadDeletedError",
     "UnsupportedServerError",
 ]
@@ -91,14 +101,85 @@ class ServerTimeoutError(ServerUnavailableError, RedisTimeoutError):
     """The server did not answer within the client's socket timeout."""
 
 
+class ConnectionFailedError(ServerUnavailableError):
+    """No connection could be made: refused, unreachable, or a host name that does not
+    resolve. Nothing was sent."""
+
+
+class AuthenticationFailedError(ServerUnavailableError):
+    """The server refused the user or password (or wants one and none was given). Raised on the
+    first refusal: retrying a wrong password only delays the error."""
+
+
+class TLSError(ServerUnavailableError):
+    """The TLS handshake failed: a ``rediss://`` URL against a plain port (which fails within
+    the connect timeout), a plain ``redis://`` URL against a TLS port, or a certificate the
+    client does not trust."""
+
+
 _UNSURE = (
     "a write in flight may or may not have been applied; calling again is safe, because every "
     "streamsaver write is idempotent (the log may then show the event twice, reads will not)"
 )
 
 
+def _where(url: str | None) -> str:
+    """``host:port`` of a URL, without its user or password, for a message to name."""
+    if not url:
+        return "Redis"
+    try:
+        parts = urlsplit(url)
+        return f"{parts.hostname or 'localhost'}:{parts.port or 6379}"
+    except ValueError:
+        return "Redis"
+
+
+def _is_tls(exc: BaseException) -> bool:
+    text = f"{exc} {exc.__cause__ or ''} {exc.__context__ or ''}".lower()
+    return "ssl" in text or "tls" in text or "certificate" in text
+
+
+def connect_error(
+    exc: RedisConnectionError | RedisTimeoutError, url: str
+) -> ServerUnavailableError:
+    """The typed error for a failure while connecting to ``url`` (its password never shown)."""
+    where = _where(url)
+    secure = url.lower().startswith(("rediss://", "valkeys://"))
+    if isinstance(exc, RedisAuthenticationError) or "NOAUTH" in str(exc) or "WRONGPASS" in str(exc):
+        return AuthenticationFailedError(
+            f"{where} refused the credentials ({exc}): give the right user and password in the "
+            f"URL (redis://USER:PASSWORD@host:port) or the server's `requirepass`"
+        )
+    if secure and (isinstance(exc, RedisTimeoutError) or _is_tls(exc)):
+        return TLSError(
+            f"TLS handshake with {where} failed ({exc}): is that port serving TLS? Use "
+            f"redis:// for a plain port; for a private CA pass ssl_ca_certs=... in the URL"
+        )
+    if _is_tls(exc):
+        return TLSError(f"TLS with {where} failed ({exc}); check the certificates")
+    if not secure and "closed by server" in str(exc).lower():
+        return ConnectionFailedError(
+            f"{where} closed the connection ({exc}): if it serves TLS, use a rediss:// URL"
+        )
+    if isinstance(exc, RedisTimeoutError):
+        return ServerTimeoutError(
+            f"{where} did not answer within the connect timeout ({exc}): check the host and "
+            f"port, a firewall, or raise connect_timeout"
+        )
+    return ConnectionFailedError(
+        f"cannot connect to {where} ({exc}): is the server running, and are the host and port "
+        f"right?"
+    )
+
+
 def unavailable(exc: RedisConnectionError | RedisTimeoutError) -> ServerUnavailableError:
     """The typed error for a driver connection or timeout error."""
+    if isinstance(exc, RedisAuthenticationError):
+        return AuthenticationFailedError(
+            f"Redis refused the credentials ({exc}): give the right user and password"
+        )
+    if _is_tls(exc):
+        return TLSError(f"TLS with Redis failed ({exc}); check the URL scheme and certificates")
     if isinstance(exc, RedisTimeoutError):
         return ServerTimeoutError(f"Redis did not answer in time ({exc}); {_UNSURE}")
     return ServerUnavailableError(f"Redis is unavailable ({exc}); {_UNSURE}")

@@ -32,22 +32,32 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from . import audit
 from ._base import (
+    DEFAULT_CONNECT_TIMEOUT_S,
     DEFAULT_DELTA_CACHE_BYTES,
     DEFAULT_MAX_PAYLOAD_BYTES,
     DEFAULT_PREFIX,
+    DEFAULT_RETRIES,
     StreamSaverBase,
     check_client,
+    client_options,
     config_readable,
     key_of,
     needs_read_only,
     page_limit,
     pipelined,
+    probe_options,
     script_command,
     what,
 )
 from ._chain import ChainCheck
 from ._durability import DurabilityMode
-from ._errors import InvalidInputError, InvalidUsageError, translate, unavailable
+from ._errors import (
+    InvalidInputError,
+    InvalidUsageError,
+    connect_error,
+    translate,
+    unavailable,
+)
 from ._history import delta_channel_history
 from ._moves import DEFAULT_SLOT_MOVE_TIMEOUT_S, Moves, is_demoted, is_moving, scan_plan
 from ._ops import Call, Each, Eval, Flow, Op, Replay, ScanLogs, T, adrive, aiterate
@@ -150,19 +160,29 @@ class AsyncRedisStreamSaver(StreamSaverBase):
         allow_eviction: bool = False,
         reuse_items: bool = False,
         cluster: bool | None = None,
+        connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT_S,
+        socket_timeout: float | None = None,
+        retries: int = DEFAULT_RETRIES,
     ) -> AsyncIterator[AsyncRedisStreamSaver]:
         """A saver on a client it creates from ``url`` and closes on exit. ``cluster``: use a
         ``RedisCluster`` client; ``None`` asks the server (``INFO cluster``) and follows it.
         The server is checked on entry, as ``setup()`` does: a ``maxmemory-policy`` that may
-        evict the saver's keys is refused unless ``allow_eviction=True``."""
+        evict the saver's keys is refused unless ``allow_eviction=True``. ``connect_timeout``,
+        ``socket_timeout`` and ``retries`` as in ``RedisStreamSaver.from_conn_string``."""
         client: AsyncClient
-        if cluster is None:
-            probe = aredis.Redis.from_url(url)
-            try:
-                cluster = bool((await probe.info("cluster")).get("cluster_enabled"))
-            finally:
-                await probe.aclose()
-        client = AsyncRedisCluster.from_url(url) if cluster else aredis.Redis.from_url(url)
+        options = client_options(connect_timeout, socket_timeout, retries, sync=False)
+        probe = aredis.Redis.from_url(url, **probe_options(options, sync=False))
+        try:
+            enabled = bool((await probe.info("cluster")).get("cluster_enabled"))
+        except (RedisConnectionError, RedisTimeoutError) as exc:
+            raise connect_error(exc, url) from exc
+        finally:
+            await probe.aclose()
+        cluster = enabled if cluster is None else cluster
+        if cluster:
+            client = AsyncRedisCluster.from_url(url, **options)
+        else:
+            client = aredis.Redis.from_url(url, **options)
         try:
             saver = cls(
                 client,

@@ -6,13 +6,86 @@ import argparse
 import os
 import sys
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from ._base import DEFAULT_PREFIX
-from ._errors import InvalidInputError, StreamSaverError
+from ._errors import (
+    IntegrityError,
+    InvalidInputError,
+    ServerUnavailableError,
+    StreamSaverError,
+)
 from .events import SkippedEvent, ThreadInfo
 from .tailing import Tail, TailAll
 
-__all__ = ["build_parser", "common_options", "main"]
+if TYPE_CHECKING:
+    from .saver import RedisStreamSaver
+
+__all__ = [
+    "EXIT_CODES",
+    "ThreadNotFoundError",
+    "build_parser",
+    "common_options",
+    "dispatch",
+    "guarded",
+    "main",
+    "require_threads",
+]
+
+OK, PROBLEM, USAGE, NOT_FOUND, UNAVAILABLE = 0, 1, 2, 3, 4
+
+EXIT_CODES = f"""\
+exit codes:
+  {OK}  done, nothing wrong found
+  {PROBLEM}  an integrity problem was found (verify, audit verify, rebuild, doctor)
+  {USAGE}  usage: a bad option, a missing --url, a file that cannot be read
+  {NOT_FOUND}  no such thread (history, tail, verify, audit show/verify)
+  {UNAVAILABLE}  Redis cannot be reached: down, wrong password, TLS mismatch, timeout
+  130  interrupted (Ctrl-C)
+
+Add --debug before the command for a traceback instead of the one-line error."""
+
+_EXAMPLES = """\
+examples:
+  streamsaver demo                               a graph on a throwaway server
+  streamsaver doctor redis://localhost:6379/0    is this server fit for streamsaver?
+  streamsaver threads --limit 20                 newest threads first
+  streamsaver history my-thread | less           one thread's timeline
+  streamsaver tail --all --follow                every new event, live
+  streamsaver verify --all && streamsaver audit verify --all
+
+"""
+
+
+class ThreadNotFoundError(StreamSaverError):
+    """The command line was given a thread id that has no log and no deletion record."""
+
+
+def _version_text() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("streamsaver")
+    except PackageNotFoundError:  # running from a source tree that was never installed
+        return "unknown"
+
+
+def require_threads(saver: RedisStreamSaver, thread_ids: Sequence[str]) -> None:
+    """Raise ``ThreadNotFoundError`` for an id with neither a log nor a deletion record: a
+    mistyped id otherwise reads as an empty, intact thread."""
+    from ._keys import thread_keys
+
+    missing = [
+        t
+        for t in thread_ids
+        if not saver.client.exists(thread_keys(saver.prefix, t).log) and not saver.deletions(t)
+    ]
+    if missing:
+        names = ", ".join(map(repr, missing))
+        raise ThreadNotFoundError(
+            f"no thread {names} under prefix {saver.prefix!r}: check the id and --prefix "
+            f"(`streamsaver threads` lists the threads)"
+        )
 
 
 def common_options(parser: argparse.ArgumentParser) -> None:
@@ -39,11 +112,21 @@ Commands = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], Non
 
 
 def build_parser(
-    prog: str = "streamsaver", demo: bool = True, extra: Commands | None = None
+    prog: str = "streamsaver",
+    demo: bool = True,
+    extra: Commands | None = None,
+    description: str = "An event-sourced LangGraph checkpointer on Redis Streams.",
 ) -> argparse.ArgumentParser:
     """The parser; ``extra`` adds commands (``python -m projector`` adds run and status)."""
     parser = argparse.ArgumentParser(
-        prog=prog, description="An event-sourced LangGraph checkpointer on Redis Streams."
+        prog=prog,
+        description=description,
+        epilog=(_EXAMPLES if demo else "") + EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version_text()}")
+    parser.add_argument(
+        "--debug", action="store_true", help="show the traceback of an error, not one line"
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     if demo:
@@ -93,6 +176,21 @@ def build_parser(
             "7.2 for Valkey 8 and 9); WAITAOF only from 7.2, the reader and projector roles "
             "from 7.0 (default: 7.2)",
         )
+    if demo:
+        cmd = sub.add_parser(
+            "doctor",
+            help="check a server for streamsaver: reachable, auth, TLS, version, persistence, "
+            "eviction, cluster, permissions, scripts, latency, projector lag",
+            description="One line per check, ok / warn / fail, each warn and fail with the "
+            "remedy. Exits 1 on a failed check, 4 when the server cannot be reached (down, "
+            "wrong password, TLS mismatch).",
+            epilog="examples:\n  streamsaver doctor redis://localhost:6379/0\n"
+            "  streamsaver doctor --json rediss://user:pass@host:6380/0 | jq .",
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        common_options(cmd)
+        cmd.add_argument("target", nargs="?", metavar="URL", help="the server (default: --url)")
+        cmd.add_argument("--json", action="store_true", help="the checks as one JSON list")
     cmd = sub.add_parser(
         "migrate-keys",
         help="move a prefix's keys from the layout before tenant-tight ACL patterns",
@@ -115,6 +213,7 @@ def build_parser(
     )
     common_options(cmd)
     _which_threads(cmd)
+    cmd.add_argument("--json", action="store_true", help="the report as one JSON object")
     cmd = sub.add_parser(
         "verify",
         help="check every reference events make, and the indexes against a replay",
@@ -125,6 +224,7 @@ def build_parser(
     )
     common_options(cmd)
     _which_threads(cmd)
+    cmd.add_argument("--json", action="store_true", help="the report as one JSON object")
     if demo:
         _tail_parser(sub)
         from ._cli_audit import add_parsers
@@ -157,35 +257,100 @@ def _cli_word(word: str) -> str:
 
 def main(argv: Sequence[str] | None = None, *, prog: str = "streamsaver", demo: bool = True) -> int:
     args = build_parser(prog, demo).parse_args(argv)
+    return guarded(prog, args.debug, lambda: dispatch(args, prog))
+
+
+def guarded(prog: str, debug: bool, command: Callable[[], int]) -> int:
+    """Run ``command``; an expected failure becomes one line naming the problem and the remedy
+    and its exit code (``EXIT_CODES``). ``debug`` lets the traceback through instead."""
+    import warnings
+
+    if not debug:
+        # a warning (NoPersistenceWarning) as one line too, not Python's file:line and source
+        warnings.formatwarning = lambda message, *_args, **_kw: f"{prog}: warning: {message}\n"
     try:
-        if args.command == "demo":
-            from .demo import run
+        try:
+            code = command()
+            sys.stdout.flush()
+            return code
+        except (BrokenPipeError, KeyboardInterrupt):
+            raise
+        except Exception as exc:
+            if debug:
+                raise
+            failure, line = _failure(exc)
+            if failure is None:
+                raise
+            print(f"{prog}: {line}", file=sys.stderr)
+            return failure
+    except BrokenPipeError:
+        # the reader went away (`| head`): what it wanted it has; the interpreter's final
+        # flush of stdout must not fail again on the closed pipe
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return OK
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
 
-            return run(args.url, args.prefix, sys.stdout)
-        if args.command == "acl":
-            from .acl import acl_rules
 
-            rules = acl_rules(args.prefix, _version(args.server_version), args.role)
-            words = ["ACL", "SETUSER", args.user, "on", ">" + "<password>", *rules]
-            print(" ".join(map(_cli_word, words)))
-            return 0
-        if args.command == "tail":
-            return _tail(args, prog)
-        if args.command == "store":
-            from ._cli_store import run as run_store
+def _failure(exc: Exception) -> tuple[int | None, str]:
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.exceptions import NoPermissionError
 
-            return run_store(args, prog)
-        if args.command in ("history", "audit"):
-            from ._cli_audit import run as run_audit
+    if isinstance(exc, ThreadNotFoundError):
+        return NOT_FOUND, str(exc)
+    if isinstance(exc, ServerUnavailableError | RedisConnectionError):
+        return UNAVAILABLE, str(exc)
+    if isinstance(exc, NoPermissionError):
+        return UNAVAILABLE, (
+            f"Redis refused a command ({exc}): this user lacks a permission; "
+            f"`streamsaver acl` prints the rules a role needs"
+        )
+    if isinstance(exc, InvalidInputError):
+        return USAGE, str(exc)
+    if isinstance(exc, IntegrityError):
+        return PROBLEM, str(exc)
+    if isinstance(exc, StreamSaverError):
+        return PROBLEM, str(exc)
+    if isinstance(exc, FileNotFoundError | IsADirectoryError | PermissionError):
+        return USAGE, f"cannot open {exc.filename!r}: {exc.strerror}"
+    return None, ""
 
-            return run_audit(args, prog)
-        return _maintain(args, prog)
-    except StreamSaverError as exc:
-        print(f"{prog}: {exc}", file=sys.stderr)
-        return 2
+
+def dispatch(args: argparse.Namespace, prog: str) -> int:
+    if args.command == "demo":
+        from .demo import run
+
+        return run(args.url, args.prefix, sys.stdout)
+    if args.command == "acl":
+        from .acl import acl_rules
+
+        rules = acl_rules(args.prefix, _version(args.server_version), args.role)
+        words = ["ACL", "SETUSER", args.user, "on", ">" + "<password>", *rules]
+        print(" ".join(map(_cli_word, words)))
+        return 0
+    if args.command == "doctor":
+        from ._doctor import run as run_doctor
+
+        return run_doctor(args)
+    if args.command == "tail":
+        return _tail(args, prog)
+    if args.command == "store":
+        from ._cli_store import run as run_store
+
+        return run_store(args, prog)
+    if args.command in ("history", "audit"):
+        from ._cli_audit import run as run_audit
+
+        return run_audit(args, prog)
+    return _maintain(args, prog)
 
 
 def _maintain(args: argparse.Namespace, prog: str) -> int:
+    import json
+    from dataclasses import asdict
+
     from redis.exceptions import NoPermissionError
 
     from .maintenance import progress_bar, rebuild_threads, verify_threads
@@ -217,8 +382,15 @@ def _maintain(args: argparse.Namespace, prog: str) -> int:
                 )
         # a deleted thread's log is rebuilt and verified too: it refuses its stale writers
         targets = saver.thread_ids(deleted=True) if args.all else args.thread
+        if not args.all:
+            require_threads(saver, targets)
         if args.command == "rebuild":
-            report = rebuild_threads(saver, targets, progress_bar())
+            with progress_bar("rebuild") as progress:
+                report = rebuild_threads(saver, targets, progress)
+            projector = saver.seed_projections() if args.all else None
+            if args.json:
+                print(json.dumps({**asdict(report), "projector_threads": projector}))
+                return 1 if report.skipped else 0
             for thread_id, problems in report.problems.items():
                 for problem in problems:
                     print(f"{thread_id!r}: skipped {problem}")
@@ -227,12 +399,14 @@ def _maintain(args: argparse.Namespace, prog: str) -> int:
                 f"{report.skipped} skipped (unknown kind, newer schema, malformed or "
                 f"referencing what is not stored)"
             )
-            if args.all:
-                print(
-                    f"rebuilt the projector's keys: {saver.seed_projections()} threads registered"
-                )
+            if projector is not None:
+                print(f"rebuilt the projector's keys: {projector} threads registered")
             return 1 if report.skipped else 0
-        report = verify_threads(saver, targets, progress_bar())
+        with progress_bar("verify") as progress:
+            report = verify_threads(saver, targets, progress)
+        if args.json:
+            print(json.dumps(asdict(report)))
+            return 1 if report.differences else 0
         for thread_id, differences in report.differences.items():
             for difference in differences:
                 print(f"{thread_id!r}: {difference}")
@@ -327,6 +501,10 @@ def _tail(args: argparse.Namespace, prog: str) -> int:
             reader = saver.tail_all(after=after, **options)
         else:
             reader = saver.tail(args.thread_id, after=after, **options)
+            if not args.follow:
+                # after tail() checked the options: a usage error is reported before this.
+                # With --follow, waiting for a thread that has not started yet is the point
+                require_threads(saver, [args.thread_id])
         try:
             with reader:
                 for event in reader:

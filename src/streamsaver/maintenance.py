@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TextIO
 
@@ -26,19 +27,38 @@ class Report:
     problems: dict[str, list[str]] = field(default_factory=dict)  # skipped events, and why
 
 
-def progress_bar(stream: TextIO = sys.stderr, label: str = "threads") -> Progress | None:
-    """A one-line bar on a terminal; nothing when output is piped (logs stay clean)."""
+@contextmanager
+def progress_bar(label: str = "threads", stream: TextIO | None = None) -> Iterator[Progress | None]:
+    """A rich progress bar (count, rate, time left) on a terminal; nothing when the output is
+    piped, so logs stay clean."""
+    stream = sys.stderr if stream is None else stream
     if not stream.isatty():
-        return None
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        TaskProgressColumn,
+        TextColumn,
+        TimeRemainingColumn,
+    )
+    from rich.progress import Progress as Bar
 
-    def show(done: int, total: int) -> None:
-        filled = 30 * done // max(total, 1)
-        stream.write(f"\r[{'#' * filled}{'.' * (30 - filled)}] {done}/{total} {label}")
-        if done == total:
-            stream.write("\n")
-        stream.flush()
+    columns = (
+        TextColumn(label),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TaskProgressColumn(),
+        TimeRemainingColumn(),
+    )
+    with Bar(*columns, console=Console(file=stream)) as bar:
+        task = bar.add_task(label, total=None)
 
-    return show
+        def show(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        yield show
 
 
 def _each(

@@ -33,22 +33,26 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from . import audit
 from ._base import (
+    DEFAULT_CONNECT_TIMEOUT_S,
     DEFAULT_DELTA_CACHE_BYTES,
     DEFAULT_MAX_PAYLOAD_BYTES,
     DEFAULT_PREFIX,
+    DEFAULT_RETRIES,
     StreamSaverBase,
     check_client,
+    client_options,
     config_readable,
     key_of,
     needs_read_only,
     page_limit,
     pipelined,
+    probe_options,
     script_command,
     what,
 )
 from ._chain import ChainCheck
 from ._durability import DurabilityMode
-from ._errors import InvalidInputError, translate, unavailable
+from ._errors import InvalidInputError, connect_error, translate, unavailable
 from ._history import delta_channel_history
 from ._migrate import Migrated, migrate_keys, reindex_threads
 from ._moves import DEFAULT_SLOT_MOVE_TIMEOUT_S, Moves, is_demoted, is_moving, scan_plan
@@ -151,16 +155,33 @@ class RedisStreamSaver(StreamSaverBase):
         allow_eviction: bool = False,
         reuse_items: bool = False,
         cluster: bool | None = None,
+        connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT_S,
+        socket_timeout: float | None = None,
+        retries: int = DEFAULT_RETRIES,
     ) -> Iterator[RedisStreamSaver]:
         """A saver on a client it creates from ``url`` and closes on exit. ``cluster``: use a
         ``RedisCluster`` client; ``None`` asks the server (``INFO cluster``) and follows it.
         The server is checked on entry, as ``setup()`` does: a ``maxmemory-policy`` that may
-        evict the saver's keys is refused unless ``allow_eviction=True``."""
+        evict the saver's keys is refused unless ``allow_eviction=True``.
+
+        ``connect_timeout`` bounds each connection attempt (``None``: no limit), ``socket_timeout``
+        each reply (``None`` by default: a ``tail(follow=True)`` blocks on the server);
+        ``retries`` is how often a connection or timeout error is retried, with exponential
+        backoff, before ``ServerUnavailableError`` (a wrong password is never retried). A server
+        that cannot be reached raises ``ConnectionFailedError``, ``AuthenticationFailedError``
+        or ``TLSError`` on entry."""
         client: SyncClient
-        if cluster is None:
-            with redis.Redis.from_url(url) as probe:
-                cluster = bool(probe.info("cluster").get("cluster_enabled"))
-        client = RedisCluster.from_url(url) if cluster else redis.Redis.from_url(url)
+        options = client_options(connect_timeout, socket_timeout, retries, sync=True)
+        try:
+            with redis.Redis.from_url(url, **probe_options(options, sync=True)) as probe:
+                enabled = bool(probe.info("cluster").get("cluster_enabled"))
+        except (RedisConnectionError, RedisTimeoutError) as exc:
+            raise connect_error(exc, url) from exc
+        cluster = enabled if cluster is None else cluster
+        if cluster:
+            client = RedisCluster.from_url(url, **options)
+        else:
+            client = redis.Redis.from_url(url, **options)
         try:
             saver = cls(
                 client,
