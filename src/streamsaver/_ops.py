@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 from ._keys import (
     ThreadKeys,
     lp,
+    rebuild_keys,
     scratch_keys,
     thread_keys,
 )
@@ -75,6 +76,8 @@ MIN_SERVER = (6, 2)
 _PAGE = 100
 _COPY_BATCH = 200
 _LOG_PAGE = 500
+# slices of a rebuild that found its log rewritten under it before it gives up slicing
+_REBUILD_RESTARTS = 3
 # how long the keys of a deleted thread, never used again, keep refusing writes that continue
 # its deleted history (lua/delete_thread.lua); a thread that uses the id again keeps that for good
 TOMBSTONE_MS = 7 * 24 * 3600 * 1000
@@ -299,6 +302,10 @@ class Operations:
     chain: bool = True
     # where list(None) and delete_for_runs find candidate threads; None: every indexed thread
     projections: Projections | None = None
+    # a long operation's slice (lua/replay_slice.lua): at most this many events, and it stops
+    # once this many ms of server time have gone, so other tenants wait no longer than that
+    slice_events: int = 20000
+    slice_ms: int = 5
     # accept a server whose maxmemory-policy may evict the saver's keys (see setup)
     allow_eviction: bool = False
 
@@ -668,19 +675,61 @@ class Operations:
         return replay
 
     def rebuild_many(self, thread_ids: Sequence[str]) -> Flow[builtins.list[Replay]]:
-        """Rebuild several threads, their scripts pipelined (one round trip per node): each
-        thread is still one atomic script."""
+        """Rebuild several threads in slices (lua/replay_slice.lua): each call replays at most
+        ``slice_events`` events or ``slice_ms`` of server time, so no tenant's long log holds
+        the server; the threads' slices are pipelined (one round trip per node per round).
+        Each thread's indexes are swapped in whole, by its last slice: readers never see a
+        half-rebuilt index, and writes made meanwhile are kept."""
         keys = [self.keys(thread_id_str(t, "thread_id")) for t in thread_ids]
-        replies = yield Each(tuple(Eval("replay", k, ()) for k in keys))
-        out = []
-        for reply in replies:
-            if isinstance(reply, Exception):
-                raise reply
-            applied, skipped, *problems = reply
-            out.append(
-                Replay(int(applied), int(skipped), [p.decode(errors="replace") for p in problems])
+        done: dict[int, Replay] = {}
+        cursors = [""] * len(keys)
+        totals = [Replay(0, 0, []) for _ in keys]
+        restarts = [0] * len(keys)
+        while len(done) < len(keys):
+            pending = [i for i in range(len(keys)) if i not in done]
+            replies = yield Each(
+                tuple(
+                    Eval(
+                        "replay_slice",
+                        (*keys[i], *rebuild_keys(keys[i])),
+                        (cursors[i], self.slice_events, self.slice_ms),
+                    )
+                    for i in pending
+                )
             )
-        return out
+            slow: list[int] = []
+            for i, reply in zip(pending, replies, strict=True):
+                if isinstance(reply, Exception):
+                    raise reply
+                state, cursor, fresh, applied, skipped, *problems = reply
+                total = totals[i]
+                if int(fresh) and cursors[i]:
+                    # the log was rewritten under the slices: what they built is void
+                    restarts[i] += 1
+                    total = Replay(0, 0, [])
+                    if restarts[i] > _REBUILD_RESTARTS:
+                        slow.append(i)
+                        continue
+                lines = [p.decode(errors="replace") for p in problems]
+                totals[i] = Replay(
+                    total.applied + int(applied),
+                    total.skipped + int(skipped),
+                    (total.problems + lines)[:100],
+                )
+                cursors[i] = _text(cursor)
+                if _text(state) == "done":
+                    done[i] = totals[i]
+            if slow:
+                # compactions keep rewriting these logs faster than slices go: one script
+                # each, as before slices existed, rather than never finishing
+                replies = yield Each(tuple(Eval("replay", keys[i], ()) for i in slow))
+                for i, reply in zip(slow, replies, strict=True):
+                    if isinstance(reply, Exception):
+                        raise reply
+                    applied, skipped, *problems = reply
+                    lines = [p.decode(errors="replace") for p in problems]
+                    done[i] = Replay(int(applied), int(skipped), lines)
+        return [done[i] for i in range(len(keys))]
 
     def verify(self, thread_id: str) -> Flow[tuple[int, int, builtins.list[str]]]:
         """Check every reference the log's events make, then replay into scratch keys and diff
