@@ -162,3 +162,29 @@ def test_deleting_records_the_newest_checkpoint_of_every_namespace(
     ((_, fields),) = redis_client.xrange(log)
     assert fields[b"k"] == b"thread_deleted"
     assert fields[b"upto"] == cp["id"].encode()
+
+
+def test_a_copy_imports_in_pages_bounded_in_events_and_bytes(
+    sync_saver: RedisStreamSaver, redis_client: redis.Redis
+) -> None:
+    history(sync_saver, 60, pad=20_000)
+    sizes: list[tuple[int, int]] = []
+    original = sync_saver._execute
+
+    def watching(op: Any) -> Any:
+        if isinstance(op, Eval) and op.script == "import":
+            args, n, i = op.args[3:], 0, 0
+            while i < len(args):
+                i, n = i + int(args[i]) + 1, n + 1
+            sizes.append((n, sum(len(a) for a in args if isinstance(a, bytes))))
+        return original(op)
+
+    sync_saver._execute = watching  # type: ignore[method-assign]
+    sync_saver.copy_thread("t", "t2")
+    source, target = (thread_keys(sync_saver.prefix, t).log for t in ("t", "t2"))
+    assert sum(n for n, _ in sizes) == redis_client.xlen(source) == redis_client.xlen(target)
+    # a page holds one event more than the bound only when that event alone exceeds it
+    assert len(sizes) >= 5
+    assert all(n <= 50 and (size <= 256 * 1024 or n == 1) for n, size in sizes)
+    original_reads = [t.checkpoint for t in sync_saver.list(generate_config("t"))]
+    assert [t.checkpoint for t in sync_saver.list(generate_config("t2"))] == original_reads

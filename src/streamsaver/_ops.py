@@ -75,6 +75,9 @@ F = TypeVar("F")
 MIN_SERVER = (6, 2)
 _PAGE = 100
 _COPY_BATCH = 200
+# one import script's most events and bytes (copy_thread)
+_IMPORT_EVENTS = 50
+_IMPORT_BYTES = 256 * 1024
 _LOG_PAGE = 500
 # slices of a rebuild that found its log rewritten under it before it gives up slicing
 _REBUILD_RESTARTS = 3
@@ -305,7 +308,7 @@ class Operations:
     # a long operation's slice (lua/replay_slice.lua): at most this many events, and it stops
     # once this many ms of server time have gone, so other tenants wait no longer than that
     slice_events: int = 20000
-    slice_ms: int = 5
+    slice_ms: int = 2
     # accept a server whose maxmemory-policy may evict the saver's keys (see setup)
     allow_eviction: bool = False
 
@@ -598,6 +601,7 @@ class Operations:
             if not entries:
                 return copied
             args: list[Field | int] = []
+            size = count = 0
             for entry_id, fields in entries:
                 fields = yield from self._unshared(source, _text(entry_id), fields, writes)
                 if fields.get(b"k") == b"writes":
@@ -609,13 +613,23 @@ class Operations:
                     b"thread": target.encode(),
                     b"copy_of": _copy_of(source, entry_id),
                 }
+                weight = sum(len(k) + len(v) for k, v in event.items())
+                if count and (count >= _IMPORT_EVENTS or size + weight > _IMPORT_BYTES):
+                    # each import is one script: bounded in events and bytes, it holds the
+                    # server a few ms, whatever the log holds (issue 13)
+                    copied += yield self._import(dst, args)
+                    args, size, count = [], 0, 0
                 args.append(2 * len(event))
                 for name, value in event.items():
                     args += (name, value)
-            args[:0] = (*self._appending_args(), self.ttl_ms)
-            copied += yield Eval("import", self.appending(dst), args, write=True)
+                size, count = size + weight, count + 1
+            copied += yield self._import(dst, args)
             last = entries[-1][0]
             start = "(" + _text(last)
+
+    def _import(self, dst: ThreadKeys, events: builtins.list[Field | int]) -> Eval:
+        args = [*self._appending_args(), self.ttl_ms, *events]
+        return Eval("import", self.appending(dst), args, write=True)
 
     def _unshared(
         self,
