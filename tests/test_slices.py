@@ -188,3 +188,14 @@ def test_a_copy_imports_in_pages_bounded_in_events_and_bytes(
     assert all(n <= 50 and (size <= 256 * 1024 or n == 1) for n, size in sizes)
     original_reads = [t.checkpoint for t in sync_saver.list(generate_config("t"))]
     assert [t.checkpoint for t in sync_saver.list(generate_config("t2"))] == original_reads
+
+
+async def test_the_async_saver_rebuilds_in_the_same_slices(
+    async_saver: Any, sync_saver: RedisStreamSaver, redis_client: redis.Redis
+) -> None:
+    history(sync_saver, 25)
+    big = one_script(sync_saver, "t")
+    expected = indexes(redis_client, sync_saver, "t")
+    async_saver._ops.slice_events = 4
+    assert await async_saver.arebuild("t") == big
+    assert indexes(redis_client, sync_saver, "t") == expected
