@@ -118,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--idle", type=float, default=3.0, help="seconds measured idle")
     parser.add_argument("--url", help="a Redis to use (default: a throwaway redis-server)")
     parser.add_argument("--check", action="store_true")
+    parser.add_argument("--slice-ms", type=float, help="a rebuild slice's budget (saver.slice_ms)")
     args = parser.parse_args(argv)
     print(f"streamsaver from {streamsaver.__file__}", file=sys.stderr)
     with _server(args.url) as url, redis.Redis.from_url(url, socket_timeout=900) as client:
@@ -134,6 +135,8 @@ def main(argv: list[str] | None = None) -> int:
             f"filled {args.events} events in {time.perf_counter() - started:.1f} s", file=sys.stderr
         )
 
+        if args.slice_ms is not None:
+            tenant._ops.slice_ms = args.slice_ms  # type: ignore[attr-defined, unused-ignore]
         stop = mp.Event()
         mine, theirs = mp.Pipe()
         proc = mp.Process(target=reader, args=(url, "stall-other", stop, theirs))
@@ -141,10 +144,16 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(0.5)
         windows: list[tuple[str, float, float]] = []
 
+        scripts: dict[str, str] = {}
+
         def timed(label: str, run: Callable[[], object]) -> None:
+            client.config_resetstat()
             t0 = time.perf_counter()
             run()
             windows.append((label, t0, time.perf_counter()))
+            # the server time of each script the operation ran (Redis 7 latency tracking)
+            stat = client.info("latencystats").get("latency_percentiles_usec_evalsha", {})
+            scripts[label] = f"{stat.get('p50', 0) / 1000:.2f}/{stat.get('p99', 0) / 1000:.2f}"
 
         timed("idle", lambda: time.sleep(args.idle))
         timed("rebuild", lambda: tenant.rebuild(BIG))
@@ -168,15 +177,16 @@ def main(argv: list[str] | None = None) -> int:
         idle = [s for s0, s in samples for _, a, b in windows[:1] if a <= s0 < b]
         idle_p99 = pct(idle, 0.99)
         print(f"| {'while the tenant runs':<20} | {'op s':>7} | {'p50 ms':>7} | {'p99 ms':>7} "
-              f"| {'max ms':>7} | p99/idle |")  # fmt: skip
-        print(f"|{'-' * 22}|{'-' * 9}|{'-' * 9}|{'-' * 9}|{'-' * 9}|----------|")
+              f"| {'max ms':>7} | p99/idle | script p50/p99 ms |")  # fmt: skip
+        print(f"|{'-' * 22}|{'-' * 9}|{'-' * 9}|{'-' * 9}|{'-' * 9}|----------|{'-' * 19}|")
         for label, a, b in windows:
             if label == "idle" and a != windows[0][1]:
                 continue
             got = [s for s0, s in samples if a <= s0 < b] or [0.0]
             print(
                 f"| {label:<20} | {b - a:>7.2f} | {pct(got, 0.5):>7.3f} | {pct(got, 0.99):>7.3f} "
-                f"| {max(got) * 1000:>7.1f} | {pct(got, 0.99) / idle_p99:>8.2f} |"
+                f"| {max(got) * 1000:>7.1f} | {pct(got, 0.99) / idle_p99:>8.2f} "
+                f"| {scripts.get(label, '') if label != 'idle' else '':>17} |"
             )
         print(f"(idle samples: {len(idle)}, median {statistics.median(idle) * 1000:.3f} ms)")
         if same is not None:

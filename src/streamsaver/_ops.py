@@ -308,7 +308,7 @@ class Operations:
     # a long operation's slice (lua/replay_slice.lua): at most this many events, and it stops
     # once this many ms of server time have gone, so other tenants wait no longer than that
     slice_events: int = 20000
-    slice_ms: int = 2
+    slice_ms: float = 2
     # accept a server whose maxmemory-policy may evict the saver's keys (see setup)
     allow_eviction: bool = False
 
@@ -706,7 +706,7 @@ class Operations:
                     Eval(
                         "replay_slice",
                         (*keys[i], *rebuild_keys(keys[i])),
-                        (cursors[i], self.slice_events, self.slice_ms),
+                        (cursors[i], self.slice_events, f"{self.slice_ms:g}"),
                     )
                     for i in pending
                 )
