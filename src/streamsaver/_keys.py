@@ -27,6 +27,7 @@ __all__ = [
     "key_pattern",
     "log_pattern",
     "lp",
+    "rebuild_keys",
     "scratch_keys",
     "store_bucket",
     "store_keys",
@@ -67,6 +68,11 @@ def thread_keys(prefix: str, thread_id: str) -> ThreadKeys:
 def scratch_keys(keys: ThreadKeys) -> tuple[str, str]:
     """Index keys for a verification replay: same slot, and outside every SCAN pattern."""
     return keys.ix + ":verify", keys.ptr + ":verify"
+
+
+def rebuild_keys(keys: ThreadKeys) -> tuple[str, str, str]:
+    """Where a sliced rebuild (lua/replay_slice.lua) builds the indexes, and its cursor."""
+    return keys.ix + ":rebuild", keys.ptr + ":rebuild", keys.ix + ":rebuild:at"
 
 
 def escape_glob(text: str) -> str:

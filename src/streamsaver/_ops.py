@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 from ._keys import (
     ThreadKeys,
     lp,
+    rebuild_keys,
     scratch_keys,
     thread_keys,
 )
@@ -75,7 +76,12 @@ F = TypeVar("F")
 MIN_SERVER = (6, 2)
 _PAGE = 100
 _COPY_BATCH = 200
+# one import script's most events and bytes (copy_thread)
+_IMPORT_EVENTS = 50
+_IMPORT_BYTES = 256 * 1024
 _LOG_PAGE = 500
+# slices of a rebuild that found its log rewritten under it before it gives up slicing
+_REBUILD_RESTARTS = 3
 # how long the keys of a deleted thread, never used again, keep refusing writes that continue
 # its deleted history (lua/delete_thread.lua); a thread that uses the id again keeps that for good
 TOMBSTONE_MS = 7 * 24 * 3600 * 1000
@@ -300,6 +306,10 @@ class Operations:
     chain: bool = True
     # where list(None) and delete_for_runs find candidate threads; None: every indexed thread
     projections: Projections | None = None
+    # a long operation's slice (lua/replay_slice.lua): at most this many events, and it stops
+    # once this many ms of server time have gone, so other tenants wait no longer than that
+    slice_events: int = 20000
+    slice_ms: float = 2
     # accept a server whose maxmemory-policy may evict the saver's keys (see setup)
     allow_eviction: bool = False
     # ask CONFIG GET for RDB save points (the shells say no for a named ACL user: _base.py)
@@ -594,6 +604,7 @@ class Operations:
             if not entries:
                 return copied
             args: list[Field | int] = []
+            size = count = 0
             for entry_id, fields in entries:
                 fields = yield from self._unshared(source, _text(entry_id), fields, writes)
                 if fields.get(b"k") == b"writes":
@@ -605,13 +616,23 @@ class Operations:
                     b"thread": target.encode(),
                     b"copy_of": _copy_of(source, entry_id),
                 }
+                weight = sum(len(k) + len(v) for k, v in event.items())
+                if count and (count >= _IMPORT_EVENTS or size + weight > _IMPORT_BYTES):
+                    # each import is one script: bounded in events and bytes, it holds the
+                    # server a few ms, whatever the log holds (issue 13)
+                    copied += yield self._import(dst, args)
+                    args, size, count = [], 0, 0
                 args.append(2 * len(event))
                 for name, value in event.items():
                     args += (name, value)
-            args[:0] = (*self._appending_args(), self.ttl_ms)
-            copied += yield Eval("import", self.appending(dst), args, write=True)
+                size, count = size + weight, count + 1
+            copied += yield self._import(dst, args)
             last = entries[-1][0]
             start = "(" + _text(last)
+
+    def _import(self, dst: ThreadKeys, events: builtins.list[Field | int]) -> Eval:
+        args = [*self._appending_args(), self.ttl_ms, *events]
+        return Eval("import", self.appending(dst), args, write=True)
 
     def _unshared(
         self,
@@ -671,25 +692,75 @@ class Operations:
         return replay
 
     def rebuild_many(self, thread_ids: Sequence[str]) -> Flow[builtins.list[Replay]]:
-        """Rebuild several threads, their scripts pipelined (one round trip per node): each
-        thread is still one atomic script."""
+        """Rebuild several threads in slices (lua/replay_slice.lua): each call replays at most
+        ``slice_events`` events or ``slice_ms`` of server time, so no tenant's long log holds
+        the server; the threads' slices are pipelined (one round trip per node per round).
+        Each thread's indexes are swapped in whole, by its last slice: readers never see a
+        half-rebuilt index, and writes made meanwhile are kept."""
         ids = [thread_id_str(t, "thread_id") for t in thread_ids]
-        # the slot's thread index is derived from the logs too: a rebuilt thread is in it
-        replies = yield Each(
-            tuple(
-                Eval("replay", (*k, threads_key(self.prefix, slot_of(k.log))), (t,))
-                for t, k in ((t, self.keys(t)) for t in ids)
+        keys = [self.keys(t) for t in ids]
+        done: dict[int, Replay] = {}
+        cursors = [""] * len(keys)
+        totals = [Replay(0, 0, []) for _ in keys]
+        restarts = [0] * len(keys)
+        while len(done) < len(keys):
+            pending = [i for i in range(len(keys)) if i not in done]
+            replies = yield Each(
+                tuple(
+                    Eval(
+                        "replay_slice",
+                        (*keys[i], *rebuild_keys(keys[i])),
+                        (cursors[i], self.slice_events, f"{self.slice_ms:g}"),
+                    )
+                    for i in pending
+                )
             )
-        )
-        out = []
-        for reply in replies:
-            if isinstance(reply, Exception):
-                raise reply
-            applied, skipped, *problems = reply
-            out.append(
-                Replay(int(applied), int(skipped), [p.decode(errors="replace") for p in problems])
+            slow: list[int] = []
+            for i, reply in zip(pending, replies, strict=True):
+                if isinstance(reply, Exception):
+                    raise reply
+                state, cursor, fresh, applied, skipped, *problems = reply
+                total = totals[i]
+                if int(fresh) and cursors[i]:
+                    # the log was rewritten under the slices: what they built is void
+                    restarts[i] += 1
+                    total = Replay(0, 0, [])
+                    if restarts[i] > _REBUILD_RESTARTS:
+                        slow.append(i)
+                        continue
+                lines = [p.decode(errors="replace") for p in problems]
+                totals[i] = Replay(
+                    total.applied + int(applied),
+                    total.skipped + int(skipped),
+                    (total.problems + lines)[:100],
+                )
+                cursors[i] = _text(cursor)
+                if _text(state) == "done":
+                    done[i] = totals[i]
+            if slow:
+                # compactions keep rewriting these logs faster than slices go: one script
+                # each, as before slices existed, rather than never finishing
+                replies = yield Each(
+                    tuple(Eval("replay", self._replay_keys(keys[i]), (ids[i],)) for i in slow)
+                )
+                for i, reply in zip(slow, replies, strict=True):
+                    if isinstance(reply, Exception):
+                        raise reply
+                    applied, skipped, *problems = reply
+                    lines = [p.decode(errors="replace") for p in problems]
+                    done[i] = Replay(int(applied), int(skipped), lines)
+        # the slot's thread index is derived from the logs too: a rebuilt thread is in it (a
+        # member whose log is gone meanwhile is left out by listings and swept)
+        rebuilt = [i for i in range(len(keys)) if done[i].applied or done[i].skipped]
+        if rebuilt:
+            yield Each(
+                tuple(Call(("SADD", self._replay_keys(keys[i])[3], ids[i])) for i in rebuilt)
             )
-        return out
+        return [done[i] for i in range(len(keys))]
+
+    def _replay_keys(self, keys: ThreadKeys) -> tuple[str, str, str, str]:
+        """replay.lua's keys: the thread's three and its slot's thread index."""
+        return (*keys, threads_key(self.prefix, slot_of(keys.log)))
 
     def verify(self, thread_id: str) -> Flow[tuple[int, int, builtins.list[str]]]:
         """Check every reference the log's events make, then replay into scratch keys and diff

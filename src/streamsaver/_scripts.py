@@ -29,6 +29,7 @@ _ENTRIES: dict[str, tuple[str, ...]] = {
     "delete_runs": (*_COMPACT, "delete_runs.lua"),
     "delete_thread": (*_WRITE, "delete_thread.lua"),
     "replay": (*_WRITE, "replay.lua"),
+    "replay_slice": (*_WRITE, "replay_slice.lua"),
     "verify": (*_WRITE, "verify.lua"),
     "import": (*_WRITE, "import.lua"),
     "prune": (*_COMPACT, "prune.lua"),

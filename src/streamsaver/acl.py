@@ -64,6 +64,8 @@ SAVER_COMMANDS: tuple[str, ...] = (
     "wait", "waitaof",
     # what the write scripts call
     "xtrim", "hsetnx", "pexpire", "pexpireat", "sadd", "hmget", "persist",
+    # sliced rebuilds swap their scratch keys in; deletions free in the background
+    "rename", "unlink",
 )  # fmt: skip
 
 ROLES = ("saver", "reader", "projector")

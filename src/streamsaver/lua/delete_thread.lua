@@ -15,7 +15,7 @@
 if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('HEXISTS', KEYS[3], 'd') == 1 then
   return 0
 end
--- Everything is read before the first write, a DEL: on a server out of memory Redis refuses a
+-- Everything is read before the first write, an UNLINK: on a server out of memory Redis refuses a
 -- script whose first write may grow memory, not one that starts by freeing it.
 local upto = redis.call('HGET', KEYS[3], 'g') or ''
 local function seen(id)
@@ -23,9 +23,29 @@ local function seen(id)
     upto = id
   end
 end
-for _, m in ipairs(redis.call('ZRANGEBYLEX', KEYS[2], '[c', '[c\255')) do
-  local _, id = split_lp(string.sub(m, 2))
+-- The least string above every string that starts with s.
+local function past(s)
+  local i = #s
+  while i > 0 and string.byte(s, i) == 255 do
+    i = i - 1
+  end
+  return string.sub(s, 1, i - 1) .. string.char(string.byte(s, i) + 1)
+end
+-- Members sort by bytes, so a namespace's newest checkpoint is its last member: one lookup per
+-- namespace, not a read of every checkpoint (a long thread's would hold the server for
+-- seconds, and every tenant with it).
+local from = '[c'
+while true do
+  local m = redis.call('ZRANGEBYLEX', KEYS[2], from, '(d', 'LIMIT', 0, 1)[1]
+  if not m then
+    break
+  end
+  local ns = split_lp(string.sub(m, 2))
+  local ns_end = past('c' .. lp(ns))
+  local newest = redis.call('ZREVRANGEBYLEX', KEYS[2], '(' .. ns_end, '-', 'LIMIT', 0, 1)[1]
+  local _, id = split_lp(string.sub(newest, 2))
   seen(id)
+  from = '[' .. ns_end
 end
 -- checkpoints delete_for_runs removed may be the newest: its records name them
 local cache = {}
@@ -43,7 +63,8 @@ local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)[1]
 local last_id, head = last and last[1] or '', last and fields_of(last[2]).dg or ''
 cache, last = nil, nil
 
-redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
+-- UNLINK: a long log, its indexes, are freed by a background thread, not by this script
+redis.call('UNLINK', KEYS[1], KEYS[2], KEYS[3])
 redis.call('XADD', KEYS[5], '*', 'k', 'thread_deleted', 'sv', tostring(SCHEMA), 'thread', ARGV[3],
            'n', tostring(n), 'last', last_id, 'head', head)
 local ev = {'k', 'thread_deleted', 'sv', tostring(SCHEMA), 'thread', ARGV[3], 'n', tostring(n),

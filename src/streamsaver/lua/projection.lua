@@ -17,7 +17,10 @@ local direct = {
 }
 local sink = direct
 
-local function buffered()
+-- layered: the keys already hold what earlier slices of a sliced replay (replay_slice.lua)
+-- wrote, so a read the buffer cannot answer falls through to Redis, and a removal is kept
+-- (as false) to be written out too.
+local function buffered(layered)
   local data = {}
   local function of(key)
     local t = data[key]
@@ -29,38 +32,55 @@ local function buffered()
   end
   local b = {
     zadd = function(key, m) of(key)[m] = '' end,
-    zrem = function(key, m) of(key)[m] = nil end,
-    hget = function(key, k) return of(key)[k] end,
+    zrem = function(key, m) of(key)[m] = layered and false or nil end,
     hset = function(key, k, v) of(key)[k] = v end,
-    hsetnx = function(key, k, v)
-      local t = of(key)
-      if t[k] == nil then
-        t[k] = v
-      end
-    end,
-    hdel = function(key, k) of(key)[k] = nil end,
+    hdel = function(key, k) of(key)[k] = layered and false or nil end,
   }
+  function b.hget(key, k)
+    local v = of(key)[k]
+    if v == nil and layered then
+      v = redis.call('HGET', key, k)
+    end
+    return v or nil
+  end
+  function b.hsetnx(key, k, v)
+    if b.hget(key, k) == nil then
+      of(key)[k] = v
+    end
+  end
   -- write every key out: zset members with score 0, hash fields with their values
   function b.flush(zsets)
     for key, t in pairs(data) do
-      local args, zset = {}, zsets[key]
+      local args, gone, zset = {}, {}, zsets[key]
       for k, v in pairs(t) do
-        if zset then
-          args[#args + 1] = 0
-        end
-        args[#args + 1] = k
-        if not zset then
-          args[#args + 1] = v
+        if v == false then
+          gone[#gone + 1] = k
+        else
+          if zset then
+            args[#args + 1] = 0
+          end
+          args[#args + 1] = k
+          if not zset then
+            args[#args + 1] = v
+          end
         end
         if #args >= 1000 then
           redis.call(zset and 'ZADD' or 'HSET', key, unpack(args))
           args = {}
         end
+        if #gone >= 1000 then
+          redis.call(zset and 'ZREM' or 'HDEL', key, unpack(gone))
+          gone = {}
+        end
       end
       if #args > 0 then
         redis.call(zset and 'ZADD' or 'HSET', key, unpack(args))
       end
+      if #gone > 0 then
+        redis.call(zset and 'ZREM' or 'HDEL', key, unpack(gone))
+      end
     end
+    data = {}
   end
   return b
 end

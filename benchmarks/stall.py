@@ -1,0 +1,199 @@
+"""Does one tenant's long operation stall the others? (issue 13)
+
+    python -m benchmarks.stall [--events 1000000] [--url URL] [--check]
+
+Builds a thread of ``--events`` events (a checkpoint and its writes per step, copies of events
+the real writer made, appended with pipelined XADD, then indexed by a rebuild), while another
+tenant (another prefix, another process) reads its latest checkpoint with ``get_tuple`` in a
+loop. Reports that tenant's get_tuple p50/p99 while idle and while the first tenant, in turn,
+rebuilds the thread, copies it, prunes it (keep_latest) and deletes the copy, with each
+operation's total time. Redis runs one script at a time: an operation that is one script over
+the whole thread holds every tenant for as long as it runs.
+
+Run it once per implementation to compare (the sources first on PYTHONPATH are the ones
+measured), e.g. ``PYTHONPATH=/work/main/src`` (one big script) against this tree's ``src``.
+``--check`` then compares the sliced rebuild's indexes with one replay script's (blocking).
+Without --url it starts a throwaway redis-server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import multiprocessing as mp
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import redis
+
+import streamsaver
+from streamsaver import RedisStreamSaver
+from streamsaver.embedded import EmbeddedRedis
+
+BIG, COPY, OTHER = "big", "big-copy", "other"
+
+
+@contextmanager
+def _server(url: str | None) -> Iterator[str]:
+    if url:
+        yield url
+        return
+    with EmbeddedRedis() as server:
+        yield server.url
+
+
+def _config(thread: str, checkpoint_id: str | None = None) -> Any:
+    c: dict[str, Any] = {"thread_id": thread, "checkpoint_ns": ""}
+    if checkpoint_id:
+        c["checkpoint_id"] = checkpoint_id
+    return {"configurable": c}
+
+
+def _checkpoint(step: int) -> Any:
+    return {
+        "v": 1, "id": f"{step:032d}", "ts": "", "channel_values": {"n": step, "msg": "x" * 200},
+        "channel_versions": {"n": step + 1, "msg": 1}, "versions_seen": {},
+        "updated_channels": None,
+    }  # fmt: skip
+
+
+def fill(saver: RedisStreamSaver, events: int) -> None:
+    """``events`` entries in BIG's log: copies of one checkpoint and one writes event the saver
+    wrote, each step with its own checkpoint id (parent: the previous one), unchained."""
+    client: Any = saver.client
+    config = saver.put(_config(BIG), _checkpoint(0), {"step": 0, "run_id": "r"}, {"n": 1, "msg": 1})
+    saver.put_writes(config, [("n", 1), ("log", "step")], "task")
+    log = saver._ops.keys(BIG).log
+    (_, cp_fields), (_, w_fields) = client.xrange(log)
+    drop = {b"ch", b"dg"}
+    cp_t = {k: v for k, v in cp_fields.items() if k not in drop}
+    w_t = {k: v for k, v in w_fields.items() if k not in drop}
+    cp_t.pop(b"parent", None)
+    step, pipe = 1, client.pipeline(transaction=False)
+    while client.xlen(log) + len(pipe) < events:
+        cid = f"{step:032d}".encode()
+        pipe.xadd(log, {**cp_t, b"id": cid, b"parent": f"{step - 1:032d}".encode()})
+        pipe.xadd(log, {**w_t, b"id": cid})
+        step += 1
+        if len(pipe) >= 20_000:
+            pipe.execute()
+    pipe.execute()
+
+
+def reader(url: str, prefix: str, stop: Any, out: Any) -> None:
+    """The other tenant: get_tuple of its thread, in a loop, each (start time, seconds)."""
+    # a wait as long as one big script holds the server is a sample, not an error
+    with redis.Redis.from_url(url, socket_timeout=900) as client:
+        saver = RedisStreamSaver(client, prefix=prefix)
+        samples: list[tuple[float, float]] = []
+        while not stop.is_set():
+            t0 = time.perf_counter()
+            saver.get_tuple(_config(OTHER))
+            samples.append((t0, time.perf_counter() - t0))
+        out.send(samples)
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
+
+
+def digest(client: Any, saver: RedisStreamSaver, thread: str) -> str:
+    keys = saver._ops.keys(thread)
+    h = hashlib.sha1()
+    for m in sorted(client.zrange(keys.ix, 0, -1)):
+        h.update(m + b"\0")
+    for k, v in sorted(client.hgetall(keys.ptr).items()):
+        h.update(k + b"\0" + v + b"\0")
+    return h.hexdigest()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.stall", description=__doc__)
+    parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--idle", type=float, default=3.0, help="seconds measured idle")
+    parser.add_argument("--url", help="a Redis to use (default: a throwaway redis-server)")
+    parser.add_argument("--check", action="store_true")
+    parser.add_argument("--slice-ms", type=float, help="a rebuild slice's budget (saver.slice_ms)")
+    args = parser.parse_args(argv)
+    print(f"streamsaver from {streamsaver.__file__}", file=sys.stderr)
+    with _server(args.url) as url, redis.Redis.from_url(url, socket_timeout=900) as client:
+        client.config_set("busy-reply-threshold", 600_000)
+        tenant = RedisStreamSaver(client, prefix="stall-tenant")
+        other = RedisStreamSaver(client, prefix="stall-other")
+        config = _config(OTHER)
+        for step in range(20):
+            config = other.put(config, _checkpoint(step), {"step": step}, {"n": step + 1, "msg": 1})
+        started = time.perf_counter()
+        fill(tenant, args.events)
+        tenant.rebuild(BIG)
+        print(
+            f"filled {args.events} events in {time.perf_counter() - started:.1f} s", file=sys.stderr
+        )
+
+        if args.slice_ms is not None:
+            tenant._ops.slice_ms = args.slice_ms  # type: ignore[attr-defined, unused-ignore]
+        stop = mp.Event()
+        mine, theirs = mp.Pipe()
+        proc = mp.Process(target=reader, args=(url, "stall-other", stop, theirs))
+        proc.start()
+        time.sleep(0.5)
+        windows: list[tuple[str, float, float]] = []
+
+        scripts: dict[str, str] = {}
+
+        def timed(label: str, run: Callable[[], object]) -> None:
+            client.config_resetstat()
+            t0 = time.perf_counter()
+            run()
+            windows.append((label, t0, time.perf_counter()))
+            # the server time of each script the operation ran (Redis 7 latency tracking)
+            stat = client.info("latencystats").get("latency_percentiles_usec_evalsha", {})
+            scripts[label] = f"{stat.get('p50', 0) / 1000:.2f}/{stat.get('p99', 0) / 1000:.2f}"
+
+        timed("idle", lambda: time.sleep(args.idle))
+        timed("rebuild", lambda: tenant.rebuild(BIG))
+        same = None
+        if args.check:
+            # outside every measured window: one replay script blocks the server for seconds
+            sliced = digest(client, tenant, BIG)
+            tenant._execute(streamsaver._ops.Eval("replay", tenant._ops.keys(BIG), ()))
+            same = sliced == digest(client, tenant, BIG)
+        timed("idle", lambda: time.sleep(0.3))
+        timed("copy_thread", lambda: tenant.copy_thread(BIG, COPY))
+        timed("idle", lambda: time.sleep(0.3))
+        timed("prune keep_latest", lambda: tenant.prune([BIG], strategy="keep_latest"))
+        timed("idle", lambda: time.sleep(0.3))
+        timed("delete_thread", lambda: tenant.delete_thread(COPY))
+        timed("idle", lambda: time.sleep(0.3))
+        stop.set()
+        samples = mine.recv()
+        proc.join()
+
+        idle = [s for s0, s in samples for _, a, b in windows[:1] if a <= s0 < b]
+        idle_p99 = pct(idle, 0.99)
+        print(f"| {'while the tenant runs':<20} | {'op s':>7} | {'p50 ms':>7} | {'p99 ms':>7} "
+              f"| {'max ms':>7} | p99/idle | script p50/p99 ms |")  # fmt: skip
+        print(f"|{'-' * 22}|{'-' * 9}|{'-' * 9}|{'-' * 9}|{'-' * 9}|----------|{'-' * 19}|")
+        for label, a, b in windows:
+            if label == "idle" and a != windows[0][1]:
+                continue
+            got = [s for s0, s in samples if a <= s0 < b] or [0.0]
+            print(
+                f"| {label:<20} | {b - a:>7.2f} | {pct(got, 0.5):>7.3f} | {pct(got, 0.99):>7.3f} "
+                f"| {max(got) * 1000:>7.1f} | {pct(got, 0.99) / idle_p99:>8.2f} "
+                f"| {scripts.get(label, '') if label != 'idle' else '':>17} |"
+            )
+        print(f"(idle samples: {len(idle)}, median {statistics.median(idle) * 1000:.3f} ms)")
+        if same is not None:
+            print(f"{args.events}-event rebuild == one replay script (indexes' digest): {same}")
+        client.flushdb()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
