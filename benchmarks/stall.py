@@ -161,7 +161,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.check:
             # outside every measured window: one replay script blocks the server for seconds
             sliced = digest(client, tenant, BIG)
-            tenant._execute(streamsaver._ops.Eval("replay", tenant._ops.keys(BIG), ()))
+            keys = tenant._ops._replay_keys(tenant._ops.keys(BIG))
+            tenant._execute(streamsaver._ops.Eval("replay", keys, (BIG,)))
             same = sliced == digest(client, tenant, BIG)
         timed("idle", lambda: time.sleep(0.3))
         timed("copy_thread", lambda: tenant.copy_thread(BIG, COPY))

@@ -28,7 +28,7 @@ def indexes(client: redis.Redis, saver: RedisStreamSaver, thread: str) -> Any:
 def one_script(saver: RedisStreamSaver, thread: str) -> Replay:
     """The rebuild as one replay.lua call, what slices must equal."""
     applied, skipped, *problems = saver._execute(
-        Eval("replay", thread_keys(saver.prefix, thread), ())
+        Eval("replay", saver._ops._replay_keys(thread_keys(saver.prefix, thread)), (thread,))
     )
     return Replay(int(applied), int(skipped), [p.decode() for p in problems])
 

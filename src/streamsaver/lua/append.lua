@@ -28,14 +28,18 @@ local f = fields_of(fields)
 local p = lp(f.ns or '')
 local named = f.k == 'writes' and f.id or (f.k == 'checkpoint' and f.parent ~= '' and f.parent)
 local marks = redis.call('HMGET', KEYS[3], 'g', 'd', 'x' .. p .. (named or ''))
+local function live(ns, id)
+  return redis.call('ZSCORE', KEYS[2], 'c' .. lp(ns) .. id)
+end
 local function deleted_by(ns, id)
-  if marks[1] and not bytes_lt(marks[1], id)
-      and not redis.call('ZSCORE', KEYS[2], 'c' .. lp(ns) .. id) then
+  if marks[1] and not bytes_lt(marks[1], id) and not live(ns, id) then
     return 'delete_thread'
   end
 end
 local refused = named
-local by = named and (marks[3] and 'delete_for_runs' or deleted_by(f.ns or '', named))
+-- a checkpoint put again since delete_for_runs removed it is live: its writes are welcome
+local by = named and (marks[3] and not live(f.ns or '', named) and 'delete_for_runs'
+  or deleted_by(f.ns or '', named))
 if not by and marks[1] and f.k == 'checkpoint' then
   local ok, meta = pcall(cmsgpack.unpack, f.meta or '')
   if ok and type(meta) == 'table' and type(meta.parents) == 'table' then
