@@ -4,22 +4,23 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.serde.base import SerializerProtocol, maybe_add_typed_methods
 from redis.asyncio.retry import Retry as AsyncRetryBase
 from redis.backoff import ExponentialBackoff
-from redis.exceptions import AuthenticationError, NoPermissionError
+from redis.exceptions import AuthenticationError, NoPermissionError, NoScriptError, ResponseError
 from redis.retry import Retry
 
 from ._codec import Codec
 from ._delta import DeltaCache
 from ._durability import Durability, DurabilityMode
-from ._errors import InvalidInputError
+from ._errors import InvalidInputError, translate
 from ._keys import validate_prefix
-from ._moves import DEFAULT_SLOT_MOVE_TIMEOUT_S, check_timeout
+from ._moves import DEFAULT_SLOT_MOVE_TIMEOUT_S, Moves, check_timeout, is_moving
 from ._ops import Call, Each, Eval, Op, Operations
 from ._projection import Projections
 from ._scripts import READ_ONLY
@@ -85,6 +86,9 @@ def _check_serde(serde: object) -> None:
 
 
 class StreamSaverBase(BaseCheckpointSaver[str]):
+    # set at the first NOPERM of a read-only script: the user may only read (each_rounds)
+    _read_only: bool = False
+
     def __init__(
         self,
         *,
@@ -330,3 +334,60 @@ def page_limit(limit: object) -> int | None:
     if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
         raise InvalidInputError(f"limit={limit!r}: give an int >= 1, or None for every thread")
     return limit
+
+
+@dataclass(frozen=True, slots=True)
+class Pipeline:
+    """Send ``ops`` in one pipeline; the replies come back in order, errors as values."""
+
+    ops: Sequence[Eval | Call]
+
+
+@dataclass(frozen=True, slots=True)
+class LoadScripts:
+    """SCRIPT LOAD each named script (a fresh, restarted or failed-over server)."""
+
+    names: frozenset[str]
+
+
+@dataclass(frozen=True, slots=True)
+class Pause:
+    seconds: float
+
+
+EachStep = Pipeline | LoadScripts | Pause
+
+
+def each_rounds(
+    saver: StreamSaverBase, op: Each, moves: Moves
+) -> Generator[EachStep, Any, list[Any]]:
+    """How an ``Each`` runs, written once for both savers (they only send what it yields):
+    pipelined; again as EVALSHA_RO once a read-only user's NOPERM shows (``needs_read_only``);
+    each missing script loaded once, then one more pipeline, never one round trip per call
+    (an Each may hold 16384); and the ops whose slot was in motion sent again after a pause,
+    the others not. The replies in order, server errors translated, as values."""
+    replies: list[Any] = [None] * len(op.ops)
+    todo = list(range(len(op.ops)))
+    while todo:
+        ops = [op.ops[i] for i in todo]
+        got = yield Pipeline(ops)
+        if any(
+            isinstance(one, Eval) and needs_read_only(one, reply, saver._read_only)
+            for one, reply in zip(ops, got, strict=True)
+        ):
+            saver._read_only = True
+            got = yield Pipeline(ops)
+        missing = [j for j, r in enumerate(got) if isinstance(r, NoScriptError)]
+        if missing:
+            yield LoadScripts(frozenset(ops[j].script for j in missing))  # type: ignore[union-attr]
+            again = yield Pipeline([ops[j] for j in missing])
+            for j, reply in zip(missing, again, strict=True):
+                got[j] = reply
+        for i, reply in zip(todo, got, strict=True):
+            replies[i] = reply
+        # a slot in motion: those ops did not run; the others are not sent again
+        moving = [i for i in todo if is_moving(replies[i])]
+        if moving:
+            yield Pause(moves.wait(replies[moving[0]], key_of(op.ops[moving[0]])))
+        todo = moving
+    return [translate(r) if isinstance(r, ResponseError) else r for r in replies]

@@ -37,10 +37,13 @@ from ._base import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     DEFAULT_PREFIX,
     DEFAULT_RETRIES,
+    LoadScripts,
+    Pipeline,
     StreamSaverBase,
     check_client,
     client_options,
     config_readable,
+    each_rounds,
     key_of,
     needs_read_only,
     page_limit,
@@ -299,35 +302,21 @@ class AsyncRedisStreamSaver(StreamSaverBase):
         return await pipe.execute(raise_on_error=False)
 
     async def _execute_each(self, op: Each, moves: Moves) -> builtins.list[Any]:
-        replies: builtins.list[Any] = [None] * len(op.ops)
-        todo = list(range(len(op.ops)))
-        while todo:
-            ops = [op.ops[i] for i in todo]
-            got = await self._pipeline(ops)
-            if any(
-                isinstance(one, Eval) and needs_read_only(one, reply, self._read_only)
-                for one, reply in zip(ops, got, strict=True)
-            ):
-                self._read_only = True
-                got = await self._pipeline(ops)
-            missing = [j for j, r in enumerate(got) if isinstance(r, NoScriptError)]
-            if missing:
-                # a fresh server (or one restarted or failed over): load each script once, then
-                # one more pipeline, never one round trip per script call (an Each may hold 16384)
-                client: Any = self.client
-                for name in {ops[j].script for j in missing}:  # type: ignore[union-attr]
+        flow, reply = each_rounds(self, op, moves), None
+        client: Any = self.client
+        while True:
+            try:
+                step = flow.send(reply)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+            reply = None
+            if isinstance(step, Pipeline):
+                reply = await self._pipeline(step.ops)
+            elif isinstance(step, LoadScripts):
+                for name in step.names:
                     await client.script_load(self._scripts[name].script)
-                again = await self._pipeline([ops[j] for j in missing])
-                for j, reply in zip(missing, again, strict=True):
-                    got[j] = reply
-            for i, reply in zip(todo, got, strict=True):
-                replies[i] = reply
-            # a slot in motion: those ops did not run; the others are not sent again
-            moving = [i for i in todo if is_moving(replies[i])]
-            if moving:
-                await asyncio.sleep(moves.wait(replies[moving[0]], key_of(op.ops[moving[0]])))
-            todo = moving
-        return [translate(r) if isinstance(r, ResponseError) else r for r in replies]
+            else:
+                await asyncio.sleep(step.seconds)
 
     async def _execute_durably(
         self, op: Eval | Call, wait: tuple[str | int, ...], moves: Moves
