@@ -81,6 +81,9 @@ def work(saver: RedisStreamSaver, thread_id: str, steps: int, run: str) -> None:
         config = saver.put(run_config, checkpoint(step, n=step), meta, {"n": step + 1})
         writes = [("__interrupt__", "ask")] if step == steps - 1 else [("n", step)]
         saver.put_writes({**config, "metadata": {"run_id": run}}, writes, f"task{step}")
+    # activity is kept in ms and ties list by thread id: threads written one after another
+    # must not share their last ms, or a fast machine lists t2 before t3
+    time.sleep(0.002)
 
 
 @pytest.fixture
