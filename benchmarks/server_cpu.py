@@ -24,13 +24,17 @@ only comparison that survives a machine shared with other work.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import subprocess
 import sys
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
 from typing import Any
 
 import redis
@@ -174,12 +178,29 @@ def _steps(make_saver: Callable[[redis.Redis], Any], steps: int) -> Runner:
     return run
 
 
-def _streamsaver(client: redis.Redis) -> Any:
+def _streamsaver(client: redis.Redis, feed: bool = True, **options: Any) -> Any:
     from streamsaver import RedisStreamSaver
 
-    saver = RedisStreamSaver(client, prefix="bench")
+    saver = RedisStreamSaver(client, prefix="bench", **options)
+    if not feed:
+        saver.feed_maxlen = 0
     saver.setup()
     return saver
+
+
+def _elsewhere(src: str, steps: int) -> Runner:
+    """streamsaver's steps from the sources in ``src`` (another checkout's src/), in a child
+    process, against the same server: before and after a change, measured in one run."""
+
+    def run(client: redis.Redis) -> None:
+        kwargs = client.connection_pool.connection_kwargs
+        url = f"redis://{kwargs['host']}:{kwargs['port']}/0"
+        root = str(Path(__file__).resolve().parent.parent)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, root])}
+        command = [sys.executable, "-W", "ignore", "-m", "benchmarks.server_cpu"]
+        subprocess.run([*command, "--client", url, "--steps", str(steps)], env=env, check=True)
+
+    return run
 
 
 def _plainredis(client: redis.Redis) -> Any:
@@ -220,11 +241,18 @@ def _median(samples: Sequence[Sample]) -> Sample:
     )
 
 
-def peers(steps: int) -> dict[str, Runner]:
-    return {
+def peers(steps: int, variants: bool = False) -> dict[str, Runner]:
+    runners = {
         "streamsaver": _steps(_streamsaver, steps),
         "langgraph-checkpoint-plainredis": _steps(_plainredis, steps),
     }
+    if variants:
+        # what the chain and the feed cost the server, by their absence
+        runners["streamsaver chain=False"] = _steps(partial(_streamsaver, chain=False), steps)
+        runners["streamsaver chain=False, no feed"] = _steps(
+            partial(_streamsaver, chain=False, feed=False), steps
+        )
+    return runners
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -232,8 +260,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=500)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--binary", help="the redis-server to measure (default: PATH, embedded)")
+    parser.add_argument(
+        "--variants",
+        action="store_true",
+        help="also streamsaver without the audit chain, and without the chain or the feed",
+    )
+    parser.add_argument(
+        "--before",
+        metavar="SRC",
+        help="also streamsaver from another checkout's src/ (e.g. one `git archive` made of "
+        "the last release), run in a child process against the same server",
+    )
+    parser.add_argument("--client", metavar="URL", help=argparse.SUPPRESS)
     ns = parser.parse_args(argv)
-    runners = peers(ns.steps)
+    if ns.client:  # the child of --before: only the steps, the parent measures
+        _steps(_streamsaver, ns.steps)(redis.Redis.from_url(ns.client))
+        return 0
+    runners = peers(ns.steps, ns.variants)
+    if ns.before:
+        runners["streamsaver before"] = _elsewhere(ns.before, ns.steps)
     with EmbeddedRedis(binary=ns.binary) as server:
         client = redis.Redis.from_url(server.url)
         version = client.info("server").get("redis_version")
