@@ -281,7 +281,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         runners["streamsaver before"] = _elsewhere(ns.before, ns.steps)
     with EmbeddedRedis(binary=ns.binary) as server:
         client = redis.Redis.from_url(server.url)
-        version = client.info("server").get("redis_version")
+        info = client.info("server")
+        version = (
+            f"valkey {info['valkey_version']}"
+            if "valkey_version" in info
+            else info["redis_version"]
+        )
         print(f"server {server.binary} {version}; {ns.steps} steps, {ns.rounds} rounds")
         trace = floor_trace(client, runners["streamsaver"])
         runners = {"floor (the scripts' commands, no Lua)": _replay(trace), **runners}
