@@ -331,9 +331,11 @@ class Operations:
 
     def _append_args(self, bases: Field, fields: Sequence[Field]) -> tuple[Field | int, ...]:
         fence = "fence" if self.fencing else ""
+        # sent as the bytes digested, whatever encoding a user's client would give a str
+        raw = [f.encode() if isinstance(f, str) else f for f in fields]
         # the event's ch, so the server only links it (lua/common.lua's append_event())
-        chain = f"chain {content_digest(_pairs(fields))}" if self.chain else ""
-        return (self.feed_maxlen, chain, bases, fence, self.ttl_ms, self.keep_last, *fields)
+        chain = f"chain {content_digest(_pairs(raw))}" if self.chain else ""
+        return (self.feed_maxlen, chain, bases, fence, self.ttl_ms, self.keep_last, *raw)
 
     def keys(self, thread_id: str) -> ThreadKeys:
         return thread_keys(self.prefix, thread_id)
@@ -945,9 +947,8 @@ def _is_value(name: bytes) -> bool:
     return name[:1] == b"b" and name[1:].isdigit()
 
 
-def _pairs(fields: Sequence[Field]) -> list[tuple[bytes, bytes]]:
-    """Flat fields as the server stores them (redis-py sends a str as UTF-8)."""
-    raw = [f.encode() if isinstance(f, str) else f for f in fields]
+def _pairs(raw: Sequence[bytes]) -> list[tuple[bytes, bytes]]:
+    """Flat fields as (name, value) pairs."""
     return list(zip(raw[::2], raw[1::2], strict=True))
 
 

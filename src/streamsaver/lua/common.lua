@@ -17,7 +17,7 @@
 --   KEYS[4] feed (scripts that append: append, import, delete_runs, compact) stream of
 --                pointers to the appended events, shared by the threads of one cluster slot
 --                (see notify() below and streamsaver/_feed.py); their ARGV[1] is its MAXLEN,
---                their ARGV[2] 'chain' or '' (see append_event() below)
+--                their ARGV[2] 'chain' or '' (append.lua's: 'chain <ch>', see append_event())
 -- lp() is a length prefix: it makes every composite member prefix-free, so no thread,
 -- namespace, channel or task name can collide with another whatever bytes it holds.
 
