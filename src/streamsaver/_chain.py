@@ -1,7 +1,9 @@
 """The digest chain of a thread's log, for verifying it (docs/audit.md). No I/O.
 
 ``append_event()`` in lua/common.lua writes the chain; this is the same definition, for checking a
-log read from Redis or from an export file. Every chained event carries, as its last two fields:
+log read from Redis or from an export file, and the writer's: a ``put``/``put_writes`` sends its
+event's ``ch`` (``content_digest``), the server only links it (``dg``). Every chained event
+carries, as its last two fields:
 
 - ``ch``: sha1 hex of its other fields in stored order, each name and value length-prefixed
   (``<byte length>:<bytes>``), so no two field lists encode alike;

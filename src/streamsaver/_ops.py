@@ -27,7 +27,7 @@ from langgraph.checkpoint.base import (
 )
 from redis.exceptions import NoPermissionError
 
-from ._chain import CHAIN_FIELDS
+from ._chain import CHAIN_FIELDS, content_digest
 from ._codec import _SHARED, CheckpointEvent, Codec, Field, Held, _check_metadata, metadata_form
 from ._config import _configurable, before_id, make_config, target_of, thread_id_str
 from ._delta import DeltaCache, Known, Written
@@ -331,7 +331,11 @@ class Operations:
 
     def _append_args(self, bases: Field, fields: Sequence[Field]) -> tuple[Field | int, ...]:
         fence = "fence" if self.fencing else ""
-        return (*self._appending_args(), bases, fence, self.ttl_ms, self.keep_last, *fields)
+        # sent as the bytes digested, whatever encoding a user's client would give a str
+        raw = [f.encode() if isinstance(f, str) else f for f in fields]
+        # the event's ch, so the server only links it (lua/common.lua's append_event())
+        chain = f"chain {content_digest(_pairs(raw))}" if self.chain else ""
+        return (self.feed_maxlen, chain, bases, fence, self.ttl_ms, self.keep_last, *raw)
 
     def keys(self, thread_id: str) -> ThreadKeys:
         return thread_keys(self.prefix, thread_id)
@@ -941,6 +945,11 @@ def _shared_event(raw: bytes) -> str | None:
 
 def _is_value(name: bytes) -> bool:
     return name[:1] == b"b" and name[1:].isdigit()
+
+
+def _pairs(raw: Sequence[bytes]) -> list[tuple[bytes, bytes]]:
+    """Flat fields as (name, value) pairs."""
+    return list(zip(raw[::2], raw[1::2], strict=True))
 
 
 def _bases(event: CheckpointEvent) -> bytes | str:

