@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,8 @@ def _fill(saver: RedisStreamSaver, threads: list[str]) -> None:
             }  # fmt: skip
             parent = saver.put(config, checkpoint, {"step": step}, {"n": step + 1})
             saver.put_writes(parent, [("n", step)], "task")
+        # activity is kept in ms and ties list by thread id: keep each thread's last ms its own
+        time.sleep(0.002)
 
 
 def test_verify_finds_a_damaged_index_and_rebuild_repairs_it(
