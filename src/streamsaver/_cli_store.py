@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -14,9 +16,7 @@ from ._cli_common import Json, Prefix, Url, add, group, need_url
 from ._errors import InvalidInputError
 
 if TYPE_CHECKING:
-    from contextlib import AbstractContextManager
-
-    from .memory_events import MemoryEvent, StoreCursor
+    from .memory_events import MemoryEvent
     from .store import RedisStreamStore
 
 __all__ = ["app"]
@@ -46,10 +46,23 @@ Values = Annotated[bool, typer.Option("--values", help="decode each put's value"
 app = group("store", "The LangGraph Store: its history, live tail, rebuild, verify, TTL sweep.")
 
 
-def _open(url: str | None, prefix: str) -> AbstractContextManager[RedisStreamStore]:
+@contextmanager
+def _open(url: str | None, prefix: str) -> Iterator[RedisStreamStore]:
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.exceptions import TimeoutError as RedisTimeoutError
+
+    from ._errors import connect_error
     from .store import RedisStreamStore
 
-    return RedisStreamStore.from_conn_string(need_url(url), prefix=prefix)
+    url = need_url(url)
+    with ExitStack() as stack:
+        # RedisStreamStore.from_conn_string lets the driver's connect errors through, where
+        # the savers' raise the typed ones: translated here, as the savers do
+        try:
+            store = stack.enter_context(RedisStreamStore.from_conn_string(url, prefix=prefix))
+        except (RedisConnectionError, RedisTimeoutError) as exc:
+            raise connect_error(exc, url) from exc
+        yield store
 
 
 def history(
@@ -97,19 +110,16 @@ def tail(
     if poll <= 0:
         raise InvalidInputError(f"--poll {poll!r}: give a number of seconds > 0")
     positions = dict(cursor.positions) if cursor is not None else {}
-    try:
-        with _open(url, prefix) as store:
+    with _open(url, prefix) as store:
+        try:
             for event in store.tail(cursor, follow=follow, poll_s=poll, values=values):
                 positions[event.bucket] = event.id
                 print(event.model_dump_json() if as_json else _line(event), flush=True)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        resume: StoreCursor = StoreCursor(positions=positions)
-        print(
-            f"streamsaver store tail: resume with --from '{resume.model_dump_json()}'",
-            file=sys.stderr,
-        )
+        except KeyboardInterrupt:
+            pass
+        finally:
+            resume = StoreCursor(positions=positions).model_dump_json()
+            print(f"streamsaver store tail: resume with --from '{resume}'", file=sys.stderr)
     return 0
 
 
