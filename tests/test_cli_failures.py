@@ -10,14 +10,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import redis
 
 from streamsaver import RedisStreamSaver
 from streamsaver.cli import main
-from streamsaver.embedded import EmbeddedRedis
 from streamsaver.store import RedisStreamStore
+from tests import test_cli_errors
 from tests.test_cli import _fill
 from tests.test_security import _free_port
+
+locked = test_cli_errors.locked  # a server of its own that wants another password
 
 # every command that talks to Redis, as an operator would type it
 COMMANDS = [
@@ -53,15 +54,6 @@ def _signals() -> Iterator[None]:
     yield
     for number, handler in saved.items():
         signal.signal(number, handler)
-
-
-@pytest.fixture(scope="module")
-def locked() -> Iterator[str]:
-    server = EmbeddedRedis()
-    with redis.Redis.from_url(server.url) as admin:
-        admin.config_set("requirepass", "right")
-    yield server.url.replace("redis://", "redis://:wrong@")
-    server.stop()
 
 
 def _run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:

@@ -85,7 +85,7 @@ def event_line(event: ThreadEvent, steps: Steps, every: bool, values: bool = Fal
     elif event.kind == "writes":
         seen = steps.get(key)
         step = None if seen is None else seen + 1
-        who = event.node or (event.task_id or "-")
+        who = event.task or event.task_id or "-"
         shown = list(event.writes)
     elif event.kind == "pruned" and event.pruned is not None:
         p = event.pruned
