@@ -8,7 +8,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -30,7 +30,6 @@ __all__ = [
     "ThreadNotFoundError",
     "Url",
     "add",
-    "command",
     "group",
     "guarded",
     "need_url",
@@ -79,9 +78,6 @@ def group(name: str, help: str, **options: Any) -> typer.Typer:
     )
 
 
-F = TypeVar("F", bound=Callable[..., int])
-
-
 def add(target: typer.Typer, name: str, function: Callable[..., int], **options: Any) -> None:
     """Register ``function``, which returns an exit code, as command ``name`` of ``target``,
     behind ``guarded``."""
@@ -93,17 +89,6 @@ def add(target: typer.Typer, name: str, function: Callable[..., int], **options:
             raise typer.Exit(code)
 
     target.command(name, **options)(run)
-
-
-def command(*groups: typer.Typer, name: str, **options: Any) -> Callable[[F], F]:
-    """``add`` as a decorator; the function stays callable as it was."""
-
-    def register(function: F) -> F:
-        for target in groups:
-            add(target, name, function, **options)
-        return function
-
-    return register
 
 
 @dataclass
