@@ -4,9 +4,8 @@ WORKDIR /app
 # Only what the wheel needs: the build context also holds .venv and caches.
 COPY pyproject.toml README.md ./
 COPY src ./src
-COPY projector ./projector
 COPY examples ./examples
 # langgraph for the example agent (examples/agent.py)
 RUN pip install --no-cache-dir '.[hiredis]' 'langgraph>=1.0'
 
-CMD ["python", "-m", "projector", "--help"]
+CMD ["streamsaver", "projector", "--help"]

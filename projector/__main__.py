@@ -1,7 +1,7 @@
-"""``python -m projector run|status|rebuild|verify`` (see projector/cli.py)."""
+"""``python -m projector run|status|rebuild|verify``: ``streamsaver projector ...``."""
 
 from __future__ import annotations
 
-from .cli import main
+from streamsaver.cli import projector_main
 
-raise SystemExit(main())
+raise SystemExit(projector_main())

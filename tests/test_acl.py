@@ -17,7 +17,6 @@ from uuid import uuid4
 import pytest
 import redis
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
-from projector.service import Projector
 from redis.cluster import RedisCluster
 
 from streamsaver import RedisStreamSaver, UnsupportedServerError
@@ -26,6 +25,7 @@ from streamsaver._keys import key_pattern, thread_keys
 from streamsaver._scripts import SOURCES
 from streamsaver.acl import acl_rules
 from streamsaver.embedded import EmbeddedRedis
+from streamsaver.projector import Projector
 from tests.graphs import linear
 from tests.test_security import TlsServer
 

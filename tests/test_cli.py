@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import redis
+import typer
 import yaml
 from examples import agent
-from projector.cli import build_parser as projector_parser
 
-from streamsaver import RedisStreamSaver
+from streamsaver import RedisStreamSaver, cli
 from streamsaver._keys import thread_keys
 from streamsaver.events import ThreadInfo
 
@@ -126,17 +126,18 @@ def test_docker_compose_agrees_with_the_code() -> None:
         assert service["depends_on"]["redis"]["condition"] == "service_healthy"
         assert service["build"] == "."
     command = services["projector"]["command"]
-    assert command[:3] == ["python", "-m", "projector"]
-    args = projector_parser().parse_args(command[3:])
-    assert args.command == "run" and args.url is None and args.prefix == "streamsaver"
+    assert command[:4] == ["streamsaver", "projector", "run", "--prefix"]
+    run = typer.main.get_command(cli.app).commands["projector"].commands["run"]  # type: ignore[attr-defined]
+    args = run.make_context("run", command[3:]).params
+    assert args["url"] is None and args["prefix"] == "streamsaver"
     command = services["agent"]["command"]
     assert command[:3] == ["python", "-m", "examples.agent"]
     agent_args = agent.build_parser().parse_args(command[3:])
-    assert agent_args.url is None and agent_args.prefix == args.prefix
+    assert agent_args.url is None and agent_args.prefix == args["prefix"]
     assert services["redis-stack"]["profiles"] == ["peers"]
     assert services["redis-stack"]["image"].startswith("redis/redis-stack-server:")
     dockerfile = (ROOT / "Dockerfile").read_text()
-    assert "COPY projector ./projector" in dockerfile and "COPY src ./src" in dockerfile
+    assert "COPY src ./src" in dockerfile and "COPY projector" not in dockerfile
     assert "COPY examples ./examples" in dockerfile and "langgraph" in dockerfile
 
 

@@ -40,7 +40,7 @@ def test_a_healthy_server_passes_every_check(server: tuple[str, redis.Redis]) ->
     assert checks["server"]["detail"].startswith(("Redis ", "Valkey "))
     # no projector ran against a fresh server: a warning with the remedy, not a failure
     assert checks["projector"]["status"] == "warn"
-    assert "python -m projector run" in checks["projector"]["remedy"]
+    assert "streamsaver projector run" in checks["projector"]["remedy"]
     text = _cli("doctor", url)
     assert text.returncode == 0
     assert text.stdout.splitlines()[0].startswith("ok   reachable")

@@ -212,12 +212,15 @@ async def test_async_saver_reads_the_registry_like_the_sync_one(
 ) -> None:
     for n in range(4):
         work(sync_saver, f"t{n}", 2, "r")
-    assert await async_saver.athreads() == sync_saver.threads()  # both scan: never seeded
+    # both scan: never seeded
+    assert [t async for t in async_saver.athreads()] == sync_saver.threads()
     assert await async_saver.aseed_projections() == 4
     work(sync_saver, "late", 1, "r")  # not applied: read from the feed
-    page = await async_saver.athreads(limit=2)
+    page = [t async for t in async_saver.athreads(limit=2)]
     assert [i.thread_id for i in page] == ["late", "t3"]
-    assert await async_saver.athreads(limit=10, after=page[-1]) == sync_saver.threads()[2:]
+    assert [
+        t async for t in async_saver.athreads(limit=10, after=page[-1])
+    ] == sync_saver.threads()[2:]
     assert (await async_saver.aprojector_lag()).pending == 2
     assert await async_saver.athread_ids() == sorted(["late", "t0", "t1", "t2", "t3"])
 

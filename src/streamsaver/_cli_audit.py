@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import sys
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.markup import escape
+
+from ._base import DEFAULT_PREFIX
+from ._cli_common import Json, Prefix, Url, add, group, need_url, require_threads
+from ._errors import InvalidInputError
 
 if TYPE_CHECKING:
     from langgraph.checkpoint.serde.base import SerializerProtocol
@@ -15,128 +20,147 @@ if TYPE_CHECKING:
     from ._chain import ChainCheck
     from .saver import RedisStreamSaver
 
-__all__ = ["add_parsers", "run"]
-
-Common = Callable[[argparse.ArgumentParser], None]
+__all__ = ["register"]
 
 _SHOW_EPILOG = """\
 one line per event (--json: one JSON object per line, the ThreadEvent fields):
   <time UTC> <kind> ns=<namespace> step=<step> <who> <channel>=<value> ...
-  who: a checkpoint's source (input, loop, update, fork), followed by "FORK of <parent>" when
-  its parent is not the previous checkpoint of its namespace; a writes event's node or task.
-  A deleted thread shows what delete_thread recorded: when, how many events, the last digest."""
+
+who: a checkpoint's source (input, loop, update, fork), followed by "FORK of <parent>" when \
+its parent is not the previous checkpoint of its namespace; a writes event's node or task. \
+A deleted thread shows what delete_thread recorded: when, how many events, the last digest."""
+
+ThreadId = Annotated[str, typer.Argument(metavar="THREAD_ID", help="the thread to show")]
+SomeThread = Annotated[
+    str | None, typer.Argument(metavar="THREAD_ID", help="one thread (or --all)")
+]
+Every = Annotated[bool, typer.Option("--all", help="every thread under the prefix")]
+Decrypt = Annotated[
+    bool,
+    typer.Option(
+        help="decode values with EncryptedSerializer (AES key from $LANGGRAPH_AES_KEY; needs "
+        "pip install 'streamsaver[encryption]'); without it, encrypted values stay ciphertext"
+    ),
+]
 
 
-def _decrypt(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--decrypt",
-        action="store_true",
-        help="decode values with EncryptedSerializer (AES key from $LANGGRAPH_AES_KEY); "
-        "without it, encrypted values stay ciphertext",
-    )
+def register(app: typer.Typer) -> None:
+    epilog = escape(_SHOW_EPILOG)
+    add(app, "history", show, epilog=epilog)
+    audit = group("audit", "A thread's audit trail: show it, export it, verify its digest chain.")
+    add(audit, "show", show, epilog=epilog)
+    add(audit, "export", export)
+    add(audit, "verify", verify)
+    app.add_typer(audit)
 
 
-def _show_options(parser: argparse.ArgumentParser, common: Common) -> None:
-    common(parser)
-    parser.add_argument("thread_id", metavar="THREAD_ID", help="the thread to show")
-    parser.add_argument("--json", action="store_true", help="one JSON object per line")
-    _decrypt(parser)
-
-
-def _threads(parser: argparse.ArgumentParser, common: Common) -> None:
-    common(parser)
-    parser.add_argument("thread_id", nargs="?", metavar="THREAD_ID")
-    parser.add_argument("--all", action="store_true", help="every thread under the prefix")
-    _decrypt(parser)
-
-
-def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: Common) -> None:
-    raw = argparse.RawDescriptionHelpFormatter
-    show_help = "print a thread's timeline: every event, forks marked, values in short"
-    _show_options(
-        sub.add_parser("history", help=show_help, epilog=_SHOW_EPILOG, formatter_class=raw),
-        common,
-    )
-    audit = sub.add_parser(
-        "audit",
-        help="a thread's audit trail: show it, export it, verify its digest chain",
-        description="See docs/audit.md for the digest chain and the export format.",
-    )
-    verbs = audit.add_subparsers(dest="verb", required=True, metavar="VERB")
-    _show_options(
-        verbs.add_parser("show", help=show_help, epilog=_SHOW_EPILOG, formatter_class=raw),
-        common,
-    )
-    export = verbs.add_parser(
-        "export",
-        help="write threads' events, decoded, as versioned JSON lines",
-        description="Write one JSON line per event (raw fields and a decoded view), per thread "
-        "its deletion records and an end record; streams in constant memory.",
-    )
-    _threads(export, common)
-    export.add_argument("--out", required=True, metavar="FILE", help="where to write ('-': stdout)")
-    verify = verbs.add_parser(
-        "verify",
-        help="check threads' references and digest chains; exits 1 on a reference that does "
-        "not resolve or at the first altered, removed or moved event",
-        description="Check each thread in Redis (THREAD_ID or --all): that every reference its "
-        "events make resolves, and its digest chain; or an export file without Redis (--file: "
-        "the chain only). Exits 1 if any check fails.",
-    )
-    _threads(verify, common)
-    verify.add_argument("--file", metavar="FILE", help="an export file to check (no Redis)")
-    verify.add_argument("--json", action="store_true", help="one JSON object per thread")
-
-
-def _serde(args: argparse.Namespace) -> SerializerProtocol | None:
-    if not args.decrypt:
+def _serde(decrypt: bool) -> SerializerProtocol | None:
+    if not decrypt:
         return None
+    try:
+        import Crypto  # noqa: F401  (pycryptodome, which EncryptedSerializer's AES needs)
+    except ImportError:
+        raise InvalidInputError(
+            "--decrypt needs pycryptodome: pip install 'streamsaver[encryption]'"
+        ) from None
     from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 
     return EncryptedSerializer.from_pycryptodome_aes()
 
 
-def run(args: argparse.Namespace, prog: str) -> int:
-    verb = "show" if args.command == "history" else args.verb
-    if verb == "verify" and args.file:
-        return _verify_file(args)
-    if verb != "show" and bool(args.all) == bool(args.thread_id is not None):
-        print(f"{prog} audit {verb}: give a THREAD_ID or --all (not both)", file=sys.stderr)
-        return 2
-    if not args.url:
-        print(f"{prog}: no Redis to talk to: pass --url or set $REDIS_URL", file=sys.stderr)
-        return 2
-    from .cli import require_threads
+def _which(thread_id: str | None, every: bool) -> None:
+    if every == (thread_id is not None):
+        raise InvalidInputError("give a THREAD_ID or --all (not both)")
+
+
+def show(
+    thread_id: ThreadId,
+    url: Url = None,
+    prefix: Prefix = DEFAULT_PREFIX,
+    as_json: Json = False,
+    decrypt: Decrypt = False,
+) -> int:
+    """Print a thread's timeline: every event, forks marked, values in short."""
     from .saver import RedisStreamSaver
 
-    with RedisStreamSaver.from_conn_string(args.url, prefix=args.prefix, serde=_serde(args)) as s:
-        if args.thread_id is not None and verb in ("show", "verify"):
-            require_threads(s, [args.thread_id])
-        if verb == "show":
-            return _show(s, args)
-        targets = s.thread_ids(deleted=True) if args.all else [args.thread_id]
-        if verb == "export":
-            return _export(s, targets, args.out)
-        return _verify(s, targets, args.json)
+    serde = _serde(decrypt)
+    with RedisStreamSaver.from_conn_string(need_url(url), prefix=prefix, serde=serde) as saver:
+        require_threads(saver, [thread_id])
+        return _show(saver, thread_id, as_json)
 
 
-def _show(saver: RedisStreamSaver, args: argparse.Namespace) -> int:
-    from ._render import deletion_line, event_line, jsonable
+def export(
+    thread_id: SomeThread = None,
+    url: Url = None,
+    prefix: Prefix = DEFAULT_PREFIX,
+    every: Every = False,
+    out: Annotated[
+        str, typer.Option("--out", metavar="FILE", help="where to write ('-': stdout)")
+    ] = "-",
+    decrypt: Decrypt = False,
+) -> int:
+    """Write threads' events, decoded, as versioned JSON lines.
+
+    One JSON line per event (raw fields and a decoded view), per thread its deletion records
+    and an end record; streams in constant memory.
+    """
+    from .saver import RedisStreamSaver
+
+    _which(thread_id, every)
+    serde = _serde(decrypt)
+    with RedisStreamSaver.from_conn_string(need_url(url), prefix=prefix, serde=serde) as saver:
+        targets = saver.thread_ids(deleted=True) if every else [str(thread_id)]
+        return _export(saver, targets, out)
+
+
+def verify(
+    thread_id: SomeThread = None,
+    url: Url = None,
+    prefix: Prefix = DEFAULT_PREFIX,
+    every: Every = False,
+    file: Annotated[
+        str | None, typer.Option(metavar="FILE", help="an export file to check (no Redis)")
+    ] = None,
+    as_json: Json = False,
+    decrypt: Decrypt = False,
+) -> int:
+    """Check threads' references and digest chains; exits 1 on a reference that does not
+    resolve or at the first altered, removed or moved event.
+
+    Each thread in Redis (THREAD_ID or --all): every reference its events make must resolve,
+    and its digest chain must hold; or an export file without Redis (--file: the chain only).
+    """
+    from .saver import RedisStreamSaver
+
+    if file is not None:
+        return _verify_file(file, as_json, _serde(decrypt))
+    _which(thread_id, every)
+    serde = _serde(decrypt)
+    with RedisStreamSaver.from_conn_string(need_url(url), prefix=prefix, serde=serde) as saver:
+        if thread_id is not None:
+            require_threads(saver, [thread_id])
+        targets = saver.thread_ids(deleted=True) if every else [str(thread_id)]
+        return _verify(saver, targets, as_json)
+
+
+def _show(saver: RedisStreamSaver, thread_id: str, as_json: bool) -> int:
+    from ._render import console, deletion_line, event_line, jsonable
     from .events import SkippedEvent
 
+    out = console()
     steps: dict[tuple[str, str, str], int] = {}
-    for deletion in saver.deletions(args.thread_id):
-        if args.json:
+    for deletion in saver.deletions(thread_id):
+        if as_json:
             print(json.dumps({"kind": "thread_deleted", **deletion.model_dump(mode="json")}))
         else:
-            print(deletion_line(deletion))
-    for event in saver.history(args.thread_id, values=True):
+            out.print(deletion_line(deletion))
+    for event in saver.history(thread_id, values=True):
         if isinstance(event, SkippedEvent):
             print(f"skipped {event.id}: {event.reason}", file=sys.stderr)
-        elif args.json:
+        elif as_json:
             print(json.dumps(event.model_dump(), default=jsonable, ensure_ascii=False))
         else:
-            print(event_line(event, steps, False, values=True))
+            out.print(event_line(event, steps, False, values=True))
     return 0
 
 
@@ -188,20 +212,20 @@ def _chain_json(thread_id: str, check: ChainCheck) -> dict[str, object]:
     }
 
 
-def _verify_file(args: argparse.Namespace) -> int:
+def _verify_file(path: str, as_json: bool, serde: SerializerProtocol | None) -> int:
     from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
     from .audit import verify_export
 
-    with open(args.file, encoding="utf-8") as file:
-        reports = verify_export(file, _serde(args) or JsonPlusSerializer())
+    with open(path, encoding="utf-8") as file:
+        reports = verify_export(file, serde or JsonPlusSerializer())
     failed = [r for r in reports if r.problem is not None]
-    if args.json:
+    if as_json:
         for report in reports:
             print(json.dumps({"ok": report.problem is None, **dataclasses.asdict(report)}))
         return 1 if failed else 0
     for report in reports:
         state = "intact" if report.problem is None else f"BROKEN: {report.problem}"
         print(f"{report.thread_id!r}: {report.events} event(s), head {report.head}: {state}")
-    print(f"verified {len(reports)} thread(s) in {args.file}: {len(failed)} broken")
+    print(f"verified {len(reports)} thread(s) in {path}: {len(failed)} broken")
     return 1 if failed else 0

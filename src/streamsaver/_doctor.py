@@ -4,11 +4,9 @@ warn or fail with the remedy. The persistence and eviction checks are ``setup()`
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import hashlib
 import json
-import sys
 import time
 import warnings
 from dataclasses import asdict, dataclass
@@ -283,37 +281,30 @@ def _lag(url: str, prefix: str, clustered: bool) -> Check:
             "projector",
             "warn",
             "no projector has run for this prefix: threads and metadata search read every index",
-            "run `python -m projector run` (or docker compose up projector)",
+            "run `streamsaver projector run` (or docker compose up projector)",
         )
     if lag.oldest_age_s > _LAG_WARN_S:
         return Check(
             "projector",
             "warn",
             f"{lag.pending} events pending, oldest {lag.oldest_age_s:.0f} s",
-            "is `python -m projector run` running? `python -m projector status` shows the slots",
+            "is `streamsaver projector run` running? `streamsaver projector status` shows "
+            "the slots",
         )
     return Check(
         "projector", "ok", f"{lag.pending} events pending, oldest {lag.oldest_age_s:.1f} s"
     )
 
 
-def run(args: argparse.Namespace) -> int:
-    from .cli import PROBLEM, UNAVAILABLE, USAGE
+def run(url: str, prefix: str, as_json: bool) -> int:
+    from ._cli_common import PROBLEM, UNAVAILABLE
+    from ._render import checks_table, console
 
-    url = args.target or args.url
-    if not url:
-        print("streamsaver doctor: give a URL, --url or $REDIS_URL", file=sys.stderr)
-        return USAGE
-    checks = diagnose(url, args.prefix)
-    if args.json:
+    checks = diagnose(url, prefix)
+    if as_json:
         print(json.dumps([asdict(c) for c in checks]))
     else:
-        colour = sys.stdout.isatty()
-        paint = {"ok": "\033[32m", "warn": "\033[33m", "fail": "\033[31m"}
-        for c in checks:
-            mark = f"{paint[c.status]}{c.status:<4}\033[0m" if colour else f"{c.status:<4}"
-            line = f"{mark} {c.name:<12} {c.detail}"
-            print(line + (f"\n     {'':<12} -> {c.remedy}" if c.remedy else ""))
+        console().print(checks_table(checks))
     failed = [c for c in checks if c.status == "fail"]
     if any(c.name in ("reachable", "auth", "tls") for c in failed):
         return UNAVAILABLE

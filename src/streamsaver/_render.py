@@ -1,13 +1,48 @@
-"""Events as one line of text for people (``streamsaver tail``, ``streamsaver history``), and
-decoded values as JSON."""
+"""What the command line shows people, on rich: an event as one styled line (``tail``,
+``history``), threads and doctor checks as tables; and decoded values as JSON. Colour only
+when the output is a terminal (rich's own detection, which honours NO_COLOR)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
 from pydantic_core import to_jsonable_python
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
 
-from .events import ThreadDeletion, ThreadEvent
+from .events import ThreadDeletion, ThreadEvent, ThreadInfo
 
-__all__ = ["deletion_line", "event_line", "jsonable", "short"]
+if TYPE_CHECKING:
+    from ._doctor import Check
+
+__all__ = [
+    "checks_table",
+    "console",
+    "deletion_line",
+    "event_line",
+    "jsonable",
+    "short",
+    "thread_line",
+    "threads_table",
+]
+
+_KIND_STYLES = {"checkpoint": "cyan", "writes": "green", "delete": "red", "pruned": "yellow"}
+_STATUS_STYLES = {"ok": "green", "warn": "yellow", "fail": "bold red"}
+
+
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        # rich would exit 1; a reader that went away (`| head`) is the command line's to handle
+        raise BrokenPipeError
+
+
+def console(stderr: bool = False) -> Console:
+    """Lines are never wrapped (a pipe gets each event on one line, whatever the width), and
+    user data is never read as markup."""
+    return _Console(stderr=stderr, soft_wrap=True, highlight=False, markup=False, emoji=False)
+
 
 Steps = dict[tuple[str, str, str], int]
 
@@ -30,7 +65,7 @@ def _when(event: ThreadEvent | ThreadDeletion) -> str:
     return event.timestamp.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
-def event_line(event: ThreadEvent, steps: Steps, every: bool, values: bool = False) -> str:
+def event_line(event: ThreadEvent, steps: Steps, every: bool, values: bool = False) -> Text:
     """``<time> [<thread>] <kind> ns=<ns> step=<step> <who> <channels>``; with ``values``,
     each channel shows a short rendering of its value. ``steps`` remembers checkpoint steps,
     so writes show the step their task ran in."""
@@ -50,7 +85,7 @@ def event_line(event: ThreadEvent, steps: Steps, every: bool, values: bool = Fal
     elif event.kind == "writes":
         seen = steps.get(key)
         step = None if seen is None else seen + 1
-        who = event.node or (event.task_id or "-")
+        who = event.task or event.task_id or "-"
         shown = list(event.writes)
     elif event.kind == "pruned" and event.pruned is not None:
         p = event.pruned
@@ -60,24 +95,59 @@ def event_line(event: ThreadEvent, steps: Steps, every: bool, values: bool = Fal
         who = f"thread deleted: {d.count} event(s), last {d.last_id}"
     else:
         who = f"deleted {len(event.deleted)} checkpoint(s) of run(s) {','.join(event.runs)}"
-    parts = [_when(event)]
+    line = Text(_when(event), style="dim")
     if every:
-        parts.append(repr(event.thread_id))
-    parts += [
-        f"{event.kind:<10}",
-        f"ns={event.checkpoint_ns!r}" if event.checkpoint_ns else "ns=''",
-        f"step={step if step is not None else '-'}",
-        who,
-    ]
+        line.append(" " + repr(event.thread_id), style="bold")
+    line.append(f" {event.kind:<10}", style=_KIND_STYLES.get(event.kind, "magenta"))
+    line.append(f" ns={event.checkpoint_ns!r} step={step if step is not None else '-'} ")
+    line.append(who, style="bold" if event.kind == "writes" else "")
     if values and shown:
-        parts.append(" ".join(f"{channel}={short(value)}" for channel, value in shown))
+        line.append(" " + " ".join(f"{channel}={short(value)}" for channel, value in shown))
     else:
-        parts.append(",".join(event.channels) or "-")
-    return " ".join(parts)
+        line.append(" " + (",".join(event.channels) or "-"))
+    return line
 
 
-def deletion_line(deletion: ThreadDeletion) -> str:
-    return (
-        f"{_when(deletion)} thread_deleted {deletion.events} event(s), last {deletion.last_id} "
-        f"digest {deletion.head or '-'}"
+def deletion_line(deletion: ThreadDeletion) -> Text:
+    line = Text(_when(deletion), style="dim")
+    line.append(" thread_deleted", style="red")
+    line.append(
+        f" {deletion.events} event(s), last {deletion.last_id} digest {deletion.head or '-'}"
     )
+    return line
+
+
+def thread_line(info: ThreadInfo) -> str:
+    """One thread for a pipe: ``<last activity> step=<n> <interrupted or -> <id> <checkpoint>``."""
+    step = "-" if info.step is None else info.step
+    waiting = "interrupted" if info.interrupted else "-"
+    return f"{_stamp(info)} step={step} {waiting} {info.thread_id!r} {info.checkpoint_id or '-'}"
+
+
+def _stamp(info: ThreadInfo) -> str:
+    return info.last_activity.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def threads_table(infos: Iterable[ThreadInfo]) -> Table:
+    """Threads for a terminal, one row each, newest activity first."""
+    table = Table("last activity (UTC)", "step", "state", "thread", "latest checkpoint")
+    for info in infos:
+        table.add_row(
+            _stamp(info),
+            "-" if info.step is None else str(info.step),
+            Text("interrupted", style="yellow") if info.interrupted else "-",
+            Text(repr(info.thread_id), style="bold"),
+            info.checkpoint_id or "-",
+        )
+    return table
+
+
+def checks_table(checks: Iterable[Check]) -> Table:
+    """``doctor``'s checks: status, name, what was found and, under it, the remedy."""
+    table = Table("", "check", "found", box=None, show_header=False, padding=(0, 1, 0, 0))
+    for check in checks:
+        detail = Text(check.detail)
+        if check.remedy:
+            detail.append("\n-> " + check.remedy, style="italic")
+        table.add_row(Text(check.status, style=_STATUS_STYLES[check.status]), check.name, detail)
+    return table

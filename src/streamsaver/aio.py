@@ -494,9 +494,11 @@ class AsyncRedisStreamSaver(StreamSaverBase):
 
     async def athreads(
         self, *, limit: int | None = None, after: ThreadInfo | None = None
-    ) -> builtins.list[ThreadInfo]:
-        """``RedisStreamSaver.threads``: threads newest activity first, a page at a time."""
-        return await self._run(self._projections.threads(page_limit(limit), after))
+    ) -> AsyncIterator[ThreadInfo]:
+        """``RedisStreamSaver.threads``: threads newest activity first, a page at a time;
+        an async iterator, as ``alist`` is."""
+        for info in await self._run(self._projections.threads(page_limit(limit), after)):
+            yield info
 
     async def aprojector_lag(self) -> ProjectorLag:
         return await self._run(self._projections.lag())

@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from typing import Any, Literal
 
 from langchain_core.runnables import RunnableConfig
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 from ._codec import SCHEMA_VERSION
 from ._config import make_config
@@ -61,6 +61,19 @@ class DeletedHistory(BaseModel):
         description="the greatest checkpoint id the thread's deleted histories held: writes "
         "continuing a checkpoint up to it that the thread does not hold are refused"
     )
+
+
+# LangGraph's names (langgraph._internal._constants), fixed by its checkpoint format
+_PUSH = "__pregel_push"
+_RESUME = "__resume__"
+_NULL_TASK_ID = "00000000-0000-0000-0000-000000000000"
+
+
+def _path_parts(task_path: str | None) -> list[str]:
+    """ "~__pregel_pull, agent" -> ["__pregel_pull", "agent"]; older LangGraph wrote tuples."""
+    if not task_path:
+        return []
+    return [p.strip().strip("'\"()~ ") for p in task_path.split(",")]
 
 
 class ThreadEvent(BaseModel):
@@ -139,14 +152,36 @@ class ThreadEvent(BaseModel):
         step = (self.metadata or {}).get("step")
         return step if isinstance(step, int) and not isinstance(step, bool) else None
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def node(self) -> str | None:
-        """The graph node a writes event came from, when its task path names it."""
-        if not self.task_path:
+        """The graph node a writes event came from, when its task path names it: a pull
+        task's ("~__pregel_pull, agent"). A push task's path ("~__pregel_push, 0000000001,
+        ...": a Send or a call) holds only its index among the step's packets, so None."""
+        parts = _path_parts(self.task_path)
+        if not parts or parts[0] == _PUSH:
             return None
-        # LangGraph's task paths look like "~__pregel_pull, agent"
-        last = self.task_path.rsplit(",", 1)[-1].strip().strip("'\"()")
-        return last or None
+        return parts[-1] or None
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def task(self) -> str | None:
+        """Who wrote a writes event, for people: the node; ``Send #<i>`` for a push task (the
+        i-th packet of the step, e.g. a tool call); ``resume`` for the answer a
+        ``Command(resume=...)`` gave to an interrupt, or ``<node> resume`` for the node that
+        consumed it; else None (the task id is all there is)."""
+        if self.kind != "writes":
+            return None
+        parts = _path_parts(self.task_path)
+        resumed = _RESUME in self.channels
+        if parts and parts[0] == _PUSH:
+            index = parts[1].lstrip("0") or "0" if len(parts) > 1 else "?"
+            return f"Send #{index}"
+        if resumed and self.task_id == _NULL_TASK_ID:
+            return "resume"
+        if self.node is not None:
+            return f"{self.node} resume" if resumed else self.node
+        return None
 
 
 class Undecoded(BaseModel):

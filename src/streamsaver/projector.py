@@ -1,4 +1,5 @@
-"""``python -m projector run``: keep the cross-thread projections current.
+"""The projector service (``streamsaver projector run``): keeps the cross-thread projections
+current.
 
 Consumer-group members (``saver.consumer_group``) share the feeds: a delivery only says "slot S
 has new entries". The work itself is cursor-driven: ``lua/project.lua`` applies the slot's feed
@@ -17,10 +18,10 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from streamsaver import RedisStreamSaver
-from streamsaver._feed import slot_of
-from streamsaver.events import Delivery, SkippedEvent
-from streamsaver.tailing import ConsumerGroup
+from ._feed import slot_of
+from .events import Delivery, SkippedEvent
+from .saver import RedisStreamSaver
+from .tailing import ConsumerGroup
 
 __all__ = ["DEFAULT_GROUP", "Projector", "Totals"]
 
