@@ -183,8 +183,8 @@ def test_bad_input_writes_nothing(store: RedisStreamStore, redis_client: redis.R
         RedisStreamStore(aredis.Redis())  # type: ignore[arg-type]
     with pytest.raises(InvalidInputError, match="serde"):
         RedisStreamStore(redis_client, serde=object())  # type: ignore[arg-type]
-    with pytest.raises(InvalidInputError, match="semantic"):
-        RedisStreamStore(redis_client, index={"dims": 1})  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError, match="'embed'"):
+        RedisStreamStore(redis_client, index={"dims": 1})  # type: ignore[typeddict-item]
     with pytest.raises(InvalidNamespaceError):
         store.batch([GetOp(("a", ""), "k")])
     with pytest.raises(InvalidInputError, match="unknown store operation"):

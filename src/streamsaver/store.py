@@ -21,7 +21,7 @@ import redis
 import redis.asyncio as aredis
 from langgraph.checkpoint.serde.base import SerializerProtocol, maybe_add_typed_methods
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
-from langgraph.store.base import BaseStore, Op, Result, TTLConfig
+from langgraph.store.base import BaseStore, IndexConfig, Op, Result, TTLConfig
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
 
@@ -29,6 +29,7 @@ from ._base import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_PREFIX, _check_serde, chec
 from ._chain import ChainCheck
 from ._errors import InvalidInputError, InvalidUsageError, StreamSaverError
 from ._ops import Replay
+from ._store_index import StoreIndex
 from ._store_ops import StoreOperations, check_ttl_config
 from .aio import AsyncRedisStreamSaver
 from .memory_events import MemoryEvent, StoreCursor
@@ -48,12 +49,6 @@ def _operations(
     ttl: TTLConfig | None,
     index: object,
 ) -> StoreOperations:
-    if index is not None:
-        raise InvalidInputError(
-            "index=...: semantic (vector) search is not supported by this store yet; leave "
-            "index unset. search(query=...) is accepted and ignored: results come newest "
-            "first, as without a query"
-        )
     if serde is not None:
         _check_serde(serde)
     return StoreOperations(
@@ -63,6 +58,7 @@ def _operations(
         chain=chain,
         max_payload_bytes=max_payload_bytes,
         ttl=check_ttl_config(ttl),
+        index=StoreIndex(index) if index is not None else None,
     )
 
 
@@ -83,7 +79,7 @@ class RedisStreamStore(BaseStore):
         prefix: str = DEFAULT_PREFIX,
         serde: SerializerProtocol | None = None,
         ttl: TTLConfig | None = None,
-        index: None = None,
+        index: IndexConfig | None = None,
         chain: bool = True,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         allow_eviction: bool = False,
@@ -107,6 +103,9 @@ class RedisStreamStore(BaseStore):
             index,
         )
         self.ttl_config = self._ops.ttl
+        # as InMemoryStore and PostgresStore name them (LangGraph's server reads index_config)
+        self.index_config = self._ops.index.config if self._ops.index else None
+        self.embeddings = self._ops.index.embeddings if self._ops.index else None
         self._sweeper: threading.Thread | None = None
         self._stop = threading.Event()
 
@@ -119,6 +118,7 @@ class RedisStreamStore(BaseStore):
         prefix: str = DEFAULT_PREFIX,
         serde: SerializerProtocol | None = None,
         ttl: TTLConfig | None = None,
+        index: IndexConfig | None = None,
         chain: bool = True,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         allow_eviction: bool = False,
@@ -132,6 +132,7 @@ class RedisStreamStore(BaseStore):
             "prefix": prefix,
             "serde": serde,
             "ttl": ttl,
+            "index": index,
             "chain": chain,
             "max_payload_bytes": max_payload_bytes,
             "allow_eviction": allow_eviction,
@@ -156,7 +157,8 @@ class RedisStreamStore(BaseStore):
         self._saver.setup()
 
     def batch(self, ops: Iterable[Op]) -> builtins.list[Result]:
-        return self._saver._run(self._ops.batch(ops))
+        ops = builtins.list(ops)
+        return self._saver._run(self._ops.batch(ops, self._ops.embed(ops)))
 
     async def abatch(self, ops: Iterable[Op]) -> builtins.list[Result]:
         # the client blocks: a worker thread keeps the event loop free
@@ -253,7 +255,7 @@ class AsyncRedisStreamStore(BaseStore):
         prefix: str = DEFAULT_PREFIX,
         serde: SerializerProtocol | None = None,
         ttl: TTLConfig | None = None,
-        index: None = None,
+        index: IndexConfig | None = None,
         chain: bool = True,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         allow_eviction: bool = False,
@@ -277,6 +279,9 @@ class AsyncRedisStreamStore(BaseStore):
             index,
         )
         self.ttl_config = self._ops.ttl
+        # as InMemoryStore and PostgresStore name them (LangGraph's server reads index_config)
+        self.index_config = self._ops.index.config if self._ops.index else None
+        self.embeddings = self._ops.index.embeddings if self._ops.index else None
         self._sweeper: asyncio.Task[None] | None = None
 
     @classmethod
@@ -308,7 +313,8 @@ class AsyncRedisStreamStore(BaseStore):
         await self._saver.asetup()
 
     async def abatch(self, ops: Iterable[Op]) -> builtins.list[Result]:
-        return await self._saver._run(self._ops.batch(ops))
+        ops = builtins.list(ops)
+        return await self._saver._run(self._ops.batch(ops, await self._ops.aembed(ops)))
 
     def batch(self, ops: Iterable[Op]) -> builtins.list[Result]:
         loop = self._saver.loop

@@ -3,8 +3,9 @@
 -- ARGV[1]: 'get'; KEYS: mlog mitem of one bucket; ARGV[2..]: members (lp(ns) .. key): per
 --          member, false or {created, updated, vt, v, event id, ttl ms}
 -- ARGV[1]: 'search'; KEYS: mlog mix mitem mns of each bucket; ARGV[2]: namespace prefix (''
---          for all); ARGV[3]: how many (-1: all): {member, created, updated, vt, v, event id,
---          ttl ms} per item, the newest of all buckets given, newest first
+--          for all); ARGV[3]: how many (-1: all); ARGV[4]: 'vec' to add each item's vectors:
+--          {member, created, updated, vt, v, event id, ttl ms[, vec]} per item, the newest of
+--          all buckets given, newest first
 -- ARGV[1]: 'namespaces'; KEYS: mns mexp of each bucket: every namespace holding a live item
 
 -- Items whose TTL ran out are left out, as though the sweep had deleted them already.
@@ -15,13 +16,17 @@ local function alive(it)
   return it and (it.expires == 0 or it.expires > now_ms)
 end
 
-local function value_of(log, it)
+local function value_of(log, it, vec)
   local found = redis.call('XRANGE', log, it.eid, it.eid)[1]
   if not found then
     return nil
   end
   local f = fields_of(found[2])
-  return { it.created, it.updated, f.vt, f.v, it.eid, string.format('%d', it.ttl) }
+  local row = { it.created, it.updated, f.vt, f.v, it.eid, string.format('%d', it.ttl) }
+  if vec then
+    row[7] = f.vec or ''
+  end
+  return row
 end
 
 local function under(ns, prefix)
@@ -107,7 +112,7 @@ for i, row in ipairs(out) do
   if want >= 0 and i > want then
     break
   end
-  local v = value_of(row[3], row[2])
+  local v = value_of(row[3], row[2], ARGV[4] == 'vec')
   if not v then
     return redis.error_reply('STREAMSAVER_STORE_LOST ' .. row[2].eid)
   end
