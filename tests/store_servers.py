@@ -52,6 +52,9 @@ def target(request: pytest.FixtureRequest, redis_url: str) -> Iterator[Target]:
 
 
 def drop(client: Any, prefix: str) -> None:
-    for b in range(STORE_BUCKETS):
-        # one bucket's keys share a slot: one DEL each, on a cluster too
-        client.delete(*store_keys(prefix, b))
+    with client.pipeline(transaction=False) as pipe:
+        for b in range(STORE_BUCKETS):
+            # a cluster pipeline takes one key per DEL
+            for key in store_keys(prefix, b):
+                pipe.delete(key)
+        pipe.execute()
