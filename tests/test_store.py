@@ -577,19 +577,21 @@ def test_docs_example_runs_and_prints_what_it_says(redis_url: str, prefix: str) 
     from pathlib import Path
 
     page = (Path(__file__).resolve().parent.parent / "docs" / "store.md").read_text()
-    (example,) = re.findall(r"```python\n(.*?)```", page, flags=re.S)
-    example = example.replace('prefix="docs"', f"prefix={prefix!r}")
-    env = {**os.environ, "REDIS_URL": redis_url}
-    out = subprocess.run(
-        [sys.executable, "-W", "ignore", "-c", example],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-    )
-    assert out.returncode == 0, out.stderr
-    said = [line.split("  # ")[1] for line in example.splitlines() if "print(" in line]
-    assert out.stdout.splitlines() == said
+    examples = re.findall(r"```python\n(.*?)```", page, flags=re.S)
+    assert len(examples) == 2  # the first steps, semantic search
+    for example in examples:
+        example = example.replace('prefix="docs"', f"prefix={prefix!r}")
+        env = {**os.environ, "REDIS_URL": redis_url}
+        out = subprocess.run(
+            [sys.executable, "-W", "ignore", "-c", example],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        )
+        assert out.returncode == 0, out.stderr
+        said = [line.split("  # ")[1] for line in example.splitlines() if "print(" in line]
+        assert out.stdout.splitlines() == said
 
 
 def test_sweeper_started_by_from_conn_string(redis_url: str, prefix: str) -> None:

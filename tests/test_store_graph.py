@@ -152,3 +152,30 @@ def test_react_agent_memory_tools(client: redis.Redis, prefix: str) -> None:
         {"text": "the user's cat is called Miso"}
     ]
     assert [e.thread_id for e in store.history(("facts",))] == ["1"]
+
+
+def test_readme_graph_with_long_term_memory(redis_url: str, prefix: str) -> None:
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = readme.split("## The Store (long-term memory)", 1)[1].split("\n## ", 1)[0]
+    (block,) = re.findall(r"```py\n(.*?)```", section, flags=re.S)
+    # the block's own prefix would share keys with other tests: give it this test's
+    code = block.replace(
+        "from_conn_string(REDIS_URL)", f"from_conn_string(REDIS_URL, prefix={prefix!r})"
+    )
+    code = code.replace(
+        "from_conn_string(REDIS_URL, index=",
+        f"from_conn_string(REDIS_URL, prefix={prefix!r}, index=",
+    )
+    out = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", f"REDIS_URL = {redis_url!r}\n" + code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["I like tea"]
