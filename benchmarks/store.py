@@ -199,7 +199,7 @@ def measure(args: argparse.Namespace, url: str) -> tuple[Any, Any, Any, Any]:
 
 def _cell(times: list[float], base: list[float] | None) -> str:
     cell = f"{median(times):.3f} ms (p99 {percentile(times, 99):.2f})"
-    return cell + (f", {median(times) / median(base):.1f}x" if base else "")
+    return cell + (f", {median(times) / median(base):.2f}x" if base else "")
 
 
 def table(

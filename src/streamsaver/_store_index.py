@@ -13,7 +13,7 @@ import math
 import sys
 from array import array
 from collections.abc import Sequence
-from typing import NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from langchain_core.embeddings import Embeddings
 from langgraph.store.base import (
@@ -151,24 +151,25 @@ class StoreIndex:
                 owners += [i] * (len(raw) // width)
                 flat += raw
         scores = self._cosines(query, bytes(flat))
-        order = sorted(zip(scores, owners, strict=True), key=lambda x: x[0], reverse=True)
         seen: set[int] = set()
         kept: list[tuple[float | None, T]] = []
-        for score, i in order:
+        for j in _descending(scores):
+            i = owners[j]
             if i in seen:
                 continue
             seen.add(i)
             if len(seen) > offset + limit:
                 break
             if len(seen) > offset:
-                kept.append((float(score), candidates[i][0]))
-        scored = set(owners)
-        scoreless = [c for i, (c, _) in enumerate(candidates) if i not in scored]
-        if scoreless and len(kept) < limit:
+                kept.append((float(scores[j]), candidates[i][0]))
+        if len(kept) < limit:
+            scored = set(owners)
+            scoreless = [c for i, (c, _) in enumerate(candidates) if i not in scored]
             kept += [(None, c) for c in scoreless[: limit - len(kept)]]
         return kept
 
-    def _cosines(self, query: Sequence[float], flat: bytes) -> Sequence[float]:
+    def _cosines(self, query: Sequence[float], flat: bytes) -> Any:
+        """The cosine of each vector in ``flat`` with ``query``: a numpy array or a list."""
         if not flat:
             return []
         if _check_numpy():
@@ -182,9 +183,17 @@ class StoreIndex:
             mask = y_norm != 0
             similarities = np.zeros_like(y_norm)
             similarities[mask] = np.dot(y[mask], x) / (y_norm[mask] * np.linalg.norm(x))
-            return similarities.tolist()  # type: ignore[no-any-return]
+            return similarities
         values = array("f", flat)
         if sys.byteorder == "big":
             values.byteswap()
         rows = [values[i : i + self.dims].tolist() for i in range(0, len(values), self.dims)]
         return _cosine_similarity(list(query), rows)
+
+
+def _descending(scores: Any) -> Any:
+    """Indexes of ``scores`` from the highest, ties in index order (a stable sort, as
+    ``InMemoryStore``'s ``sorted(..., reverse=True)``)."""
+    if isinstance(scores, list):
+        return sorted(range(len(scores)), key=lambda j: scores[j], reverse=True)
+    return (-scores).argsort(kind="stable").tolist()

@@ -147,6 +147,8 @@ class StoreOperations:
         keys: builtins.list[tuple[str, ...]]
         if args[0] == "namespaces":
             keys = [(k.ns, k.exp) for k in self._keys]
+        elif args[0] == "rank":
+            keys = [(k.item, k.ns, k.vec) for k in self._keys]
         else:
             keys = [(k.log, k.ix, k.item, k.ns) for k in self._keys]
         if self.cluster:
@@ -182,7 +184,29 @@ class StoreOperations:
         for reply in replies:
             if isinstance(reply, Exception):
                 raise _lost(reply)
-        results, touch = self._answer(ops, reads, replies, embedded)
+        pages = self._pages(ops, reads, replies, embedded)
+        # the values of ranked pages, by the event ids the ranking saw (a snapshot: an event's
+        # value never changes), in a second round trip
+        wanted: dict[int, builtins.list[Any]] = {}
+        for page in pages.values():
+            for _, (member, row, _) in page:
+                if row[3] is None:
+                    wanted.setdefault(store_bucket(_joined(_split_member(member)[0])), []).append(
+                        row
+                    )
+        if wanted:
+            values = tuple(
+                Eval("store_read", (self.keys(b).log,), ("events", *(r[4] for r in rows)))
+                for b, rows in wanted.items()
+            )
+            for rows, reply in zip(wanted.values(), (yield Each(values)), strict=True):
+                if isinstance(reply, Exception):
+                    raise reply
+                for row, got in zip(rows, reply, strict=True):
+                    if not got:
+                        raise _lost(Exception(f"STREAMSAVER_STORE_LOST {_text(row[4])}"))
+                    row[2], row[3] = got
+        results, touch = self._answer(ops, reads, replies, pages)
         head: tuple[Field | int, ...] = (0, "chain" if self.chain else "")
         writes = [
             Eval("store_write", self.keys(bucket), (*head, *args), write=True)
@@ -229,12 +253,44 @@ class StoreOperations:
             by_bucket.setdefault(store_bucket(_joined(namespace)), []).extend(args)
         return by_bucket
 
+    def _pages(
+        self, ops: Sequence[Op], reads: _Reads, replies: Sequence[Any], embedded: Embedded | None
+    ) -> dict[int, builtins.list[tuple[float | None, Any]]]:
+        """Each search's page: (score, (member, row, decoded value or None)) per item."""
+        pages = {}
+        for i, (start, end) in reads.spans.items():
+            op = ops[i]
+            if not isinstance(op, SearchOp):
+                continue
+            found = []
+            for member, *row in (row for reply in replies[start:end] for row in reply):
+                if i in reads.ranked:
+                    # 'rank' rows, as the others: created, updated, vt, v, id, ttl, vec
+                    row = [row[0], row[1], None, None, row[2], row[3], row[4]]
+                if not op.filter:
+                    # decoded later, only if on the page
+                    found.append((member, row, None))
+                    continue
+                value = self._value(row)
+                if all(_compare_values(value.get(k), v) for k, v in op.filter.items()):
+                    found.append((member, row, value))
+            # newest first across buckets; ties (other servers' clocks) by the member's bytes,
+            # as lua/store_read.lua breaks them
+            found.sort(key=lambda x: (-int(x[1][1]), x[0]))
+            if self.index is not None and embedded is not None and op.query:
+                candidates = [(x, x[1][6]) for x in found]
+                query = embedded.queries[op.query]
+                pages[i] = self.index.rank(query, candidates, op.offset, op.limit)
+            else:
+                pages[i] = [(None, x) for x in found[op.offset : op.offset + op.limit]]
+        return pages
+
     def _answer(
         self,
         ops: Sequence[Op],
         reads: _Reads,
         replies: Sequence[Any],
-        embedded: Embedded | None,
+        pages: dict[int, builtins.list[tuple[float | None, Any]]],
     ) -> tuple[builtins.list[Result], dict[int, builtins.list[Field]]]:
         """The results of the reads, and the TTL refreshes they ask for, per bucket."""
         results: builtins.list[Result] = [None] * len(ops)
@@ -256,25 +312,7 @@ class StoreOperations:
                 results[i] = _namespaces(op, rows)
                 continue
             assert isinstance(op, SearchOp)  # spans hold only searches and listings
-            found = []
-            for member, *row in rows:
-                if not op.filter:
-                    # decoded later, only if on the page
-                    found.append((member, row, None))
-                    continue
-                value = self._value(row)
-                if all(_compare_values(value.get(k), v) for k, v in op.filter.items()):
-                    found.append((member, row, value))
-            # newest first across buckets; ties (other servers' clocks) by the member's bytes,
-            # as lua/store_read.lua breaks them
-            found.sort(key=lambda x: (-int(x[1][1]), x[0]))
-            scored: builtins.list[tuple[float | None, Any]]
-            if self.index is not None and embedded is not None and op.query:
-                candidates = [(x, x[1][6]) for x in found]
-                query = embedded.queries[op.query]
-                scored = self.index.rank(query, candidates, op.offset, op.limit)
-            else:
-                scored = [(None, x) for x in found[op.offset : op.offset + op.limit]]
+            scored = pages[i]
             results[i] = [
                 self._item(*_split_member(member), row, SearchItem, value, score)
                 for score, (member, row, value) in scored
@@ -453,6 +491,8 @@ class _Reads:
         self.gets: dict[int, tuple[int, builtins.list[tuple[int, GetOp]]]] = {}
         # operation index -> the replies [start, end) that answer it
         self.spans: dict[int, tuple[int, int]] = {}
+        # searches read as 'rank' rows (no values: the page's come in a second round trip)
+        self.ranked: set[int] = set()
         by_bucket: dict[int, builtins.list[tuple[int, GetOp]]] = {}
         for i, op in enumerate(ops):
             if isinstance(op, GetOp):
@@ -466,10 +506,14 @@ class _Reads:
             start = len(self.evals)
             if isinstance(op, SearchOp):
                 ranked = core.index is not None and bool(op.query)
-                # a filter or a ranking looks at every item under the prefix
-                want = -1 if op.filter or ranked else op.offset + op.limit
-                args = ("search", _joined(op.namespace_prefix), want, "vec" if ranked else "")
-                self.evals += core._every_bucket(args)
+                if ranked and not op.filter:
+                    self.ranked.add(i)
+                    self.evals += core._every_bucket(("rank", _joined(op.namespace_prefix)))
+                else:
+                    # a filter or a ranking looks at every item under the prefix
+                    want = -1 if op.filter or ranked else op.offset + op.limit
+                    args = ("search", _joined(op.namespace_prefix), want, "vec" if ranked else "")
+                    self.evals += core._every_bucket(args)
             elif isinstance(op, ListNamespacesOp):
                 self.evals += core._every_bucket(("namespaces",))
             else:
