@@ -40,37 +40,50 @@ __all__ = ["AsyncRedisStreamStore", "RedisStreamStore"]
 logger = logging.getLogger(__name__)
 
 
-def _operations(
-    prefix: str,
-    serde: SerializerProtocol | None,
-    cluster: bool,
-    chain: bool,
-    max_payload_bytes: int,
-    ttl: TTLConfig | None,
-    index: object,
-) -> StoreOperations:
-    if serde is not None:
-        _check_serde(serde)
-    return StoreOperations(
-        prefix,
-        maybe_add_typed_methods(serde) if serde is not None else JsonPlusSerializer(),
-        cluster=cluster,
-        chain=chain,
-        max_payload_bytes=max_payload_bytes,
-        ttl=check_ttl_config(ttl),
-        index=StoreIndex(index) if index is not None else None,
-    )
+class _Store(BaseStore):
+    """What the two stores' constructors share: the options, checked once, and the
+    attributes LangGraph's other stores expose."""
+
+    supports_ttl = True
+
+    def _setup_shell(
+        self,
+        client: Any,
+        *,
+        prefix: str,
+        serde: SerializerProtocol | None,
+        ttl: TTLConfig | None,
+        index: IndexConfig | None,
+        chain: bool,
+        max_payload_bytes: int,
+    ) -> None:
+        if serde is not None:
+            _check_serde(serde)
+        self._ops = StoreOperations(
+            prefix,
+            maybe_add_typed_methods(serde) if serde is not None else JsonPlusSerializer(),
+            cluster=isinstance(client, (RedisCluster, AsyncRedisCluster)),
+            chain=chain,
+            max_payload_bytes=max_payload_bytes,
+            ttl=check_ttl_config(ttl),
+            index=StoreIndex(index) if index is not None else None,
+        )
+        self.ttl_config = self._ops.ttl
+        # as InMemoryStore and PostgresStore name them (LangGraph's server reads index_config)
+        self.index_config = self._ops.index.config if self._ops.index else None
+        self.embeddings = self._ops.index.embeddings if self._ops.index else None
+
+    def _sweep_minutes(self, given: float | None) -> float | None:
+        return given or (self.ttl_config or {}).get("sweep_interval_minutes")
 
 
-class RedisStreamStore(BaseStore):
+class RedisStreamStore(_Store):
     """A LangGraph ``BaseStore`` on a ``redis.Redis`` (or ``RedisCluster``) client.
 
     Every put and delete is appended as an event to a stream; the indexes that answer get,
     search and list_namespaces are projected from it in the same script, and ``rebuild``
     replays them. ``ttl`` as ``PostgresStore``'s: ``{"default_ttl": minutes,
     "refresh_on_read": bool, "sweep_interval_minutes": minutes}``."""
-
-    supports_ttl = True
 
     def __init__(
         self,
@@ -93,19 +106,15 @@ class RedisStreamStore(BaseStore):
         self._saver = RedisStreamSaver(
             client, prefix=prefix, chain=chain, allow_eviction=allow_eviction
         )
-        self._ops = _operations(
-            prefix,
-            serde,
-            isinstance(client, RedisCluster),
-            chain,
-            max_payload_bytes,
-            ttl,
-            index,
+        self._setup_shell(
+            client,
+            prefix=prefix,
+            serde=serde,
+            ttl=ttl,
+            index=index,
+            chain=chain,
+            max_payload_bytes=max_payload_bytes,
         )
-        self.ttl_config = self._ops.ttl
-        # as InMemoryStore and PostgresStore name them (LangGraph's server reads index_config)
-        self.index_config = self._ops.index.config if self._ops.index else None
-        self.embeddings = self._ops.index.embeddings if self._ops.index else None
         self._sweeper: threading.Thread | None = None
         self._stop = threading.Event()
 
@@ -171,7 +180,7 @@ class RedisStreamStore(BaseStore):
     def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> None:
         """Sweep in a daemon thread every ``sweep_interval_minutes`` (default: the ttl
         config's); nothing when neither is set."""
-        minutes = sweep_interval_minutes or (self.ttl_config or {}).get("sweep_interval_minutes")
+        minutes = self._sweep_minutes(sweep_interval_minutes)
         if not minutes or self._sweeper is not None:
             return
         self._stop.clear()
@@ -242,11 +251,9 @@ class RedisStreamStore(BaseStore):
                 time.sleep(poll_s)
 
 
-class AsyncRedisStreamStore(BaseStore):
+class AsyncRedisStreamStore(_Store):
     """The asyncio twin of ``RedisStreamStore``, on a ``redis.asyncio`` client. Its sync
     methods work from other threads while its event loop runs."""
-
-    supports_ttl = True
 
     def __init__(
         self,
@@ -269,19 +276,15 @@ class AsyncRedisStreamStore(BaseStore):
         self._saver = AsyncRedisStreamSaver(
             client, prefix=prefix, chain=chain, allow_eviction=allow_eviction
         )
-        self._ops = _operations(
-            prefix,
-            serde,
-            isinstance(client, AsyncRedisCluster),
-            chain,
-            max_payload_bytes,
-            ttl,
-            index,
+        self._setup_shell(
+            client,
+            prefix=prefix,
+            serde=serde,
+            ttl=ttl,
+            index=index,
+            chain=chain,
+            max_payload_bytes=max_payload_bytes,
         )
-        self.ttl_config = self._ops.ttl
-        # as InMemoryStore and PostgresStore name them (LangGraph's server reads index_config)
-        self.index_config = self._ops.index.config if self._ops.index else None
-        self.embeddings = self._ops.index.embeddings if self._ops.index else None
         self._sweeper: asyncio.Task[None] | None = None
 
     @classmethod
@@ -337,7 +340,7 @@ class AsyncRedisStreamStore(BaseStore):
     def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> None:
         """Sweep in a task on the running loop every ``sweep_interval_minutes`` (default: the
         ttl config's); nothing when neither is set."""
-        minutes = sweep_interval_minutes or (self.ttl_config or {}).get("sweep_interval_minutes")
+        minutes = self._sweep_minutes(sweep_interval_minutes)
         if not minutes or self._sweeper is not None:
             return
 
