@@ -20,7 +20,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from langgraph.store.memory import InMemoryStore
 
-from streamsaver import AsyncRedisStreamStore, InvalidInputError, RedisStreamStore
+from streamsaver import (
+    AsyncRedisStreamStore,
+    DataLostError,
+    InvalidInputError,
+    RedisStreamStore,
+)
 from streamsaver._keys import STORE_BUCKETS, store_keys
 
 from . import store_servers
@@ -188,8 +193,9 @@ def test_rebuild_gives_identical_search_results(store: RedisStreamStore) -> None
 
     before = results()
     for b in range(STORE_BUCKETS):
-        keys = store_keys(store._ops.prefix, b)
-        client.delete(keys.ix, keys.item, keys.ns, keys.exp)
+        # every key but the log, the vectors' projection (mvec) too
+        for key in store_keys(store._ops.prefix, b)[1:]:
+            client.delete(key)
     assert store.search(("r",), query="tea") == []
     assert store.rebuild().skipped == 0
     assert results() == before
@@ -261,3 +267,11 @@ def test_embedding_of_the_wrong_size_writes_nothing(store: RedisStreamStore) -> 
         bad.put(("w",), "k", {"text": "apple"})
     assert store.get(("w",), "k") is None
     assert store.history(("w",)) == []
+
+
+def test_lost_event_of_a_ranked_page_is_an_integrity_error(store: RedisStreamStore) -> None:
+    store.put(("l",), "k", {"text": "apple"})
+    (event,) = store.history(("l",), "k")
+    store._saver.client.xdel(store_keys(store._ops.prefix, event.bucket).log, event.id)
+    with pytest.raises(DataLostError, match="rebuild"):
+        store.search(("l",), query="apple")
