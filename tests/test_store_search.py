@@ -2,7 +2,7 @@
 (sync and async; Redis 7 standalone, a 3-primary cluster, Valkey 9) give the same items, in the
 same order, with the same scores.
 
-The fake embedding is deterministic and float32-exact (small integers from a hash of the text),
+The fake embedding is deterministic and float32-exact (integers from a hash of the text),
 so InMemoryStore's float64 vectors and the store's float32 ones are the same numbers, and the
 integer dot products make the cosines equal to the last bit. Distinct texts give distinct
 vectors, so no two items tie on a score (ties go by each store's own order of candidates).
@@ -33,11 +33,13 @@ from .store_servers import Target, drop
 
 target = store_servers.target  # the fixture: Redis 7, a 3-primary cluster, Valkey 9
 
-DIMS = 12
+DIMS = 16
 
 
 def fake_embed(texts: list[str]) -> list[list[float]]:
-    return [[float(b % 17 - 8) for b in hashlib.sha256(t.encode()).digest()[:DIMS]] for t in texts]
+    # bytes - 128: integers, exact in float32, and varied enough that two texts' cosines with
+    # a query tie only if their vectors do (small ranges made distinct texts tie)
+    return [[float(b - 128) for b in hashlib.sha256(t.encode()).digest()[:DIMS]] for t in texts]
 
 
 async def afake_embed(texts: list[str]) -> list[list[float]]:
