@@ -49,13 +49,13 @@ class _Store(BaseStore):
     def _setup_shell(
         self,
         client: Any,
-        *,
         prefix: str,
         serde: SerializerProtocol | None,
         ttl: TTLConfig | None,
         index: IndexConfig | None,
         chain: bool,
         max_payload_bytes: int,
+        /,
     ) -> None:
         if serde is not None:
             _check_serde(serde)
@@ -106,15 +106,7 @@ class RedisStreamStore(_Store):
         self._saver = RedisStreamSaver(
             client, prefix=prefix, chain=chain, allow_eviction=allow_eviction
         )
-        self._setup_shell(
-            client,
-            prefix=prefix,
-            serde=serde,
-            ttl=ttl,
-            index=index,
-            chain=chain,
-            max_payload_bytes=max_payload_bytes,
-        )
+        self._setup_shell(client, prefix, serde, ttl, index, chain, max_payload_bytes)
         self._sweeper: threading.Thread | None = None
         self._stop = threading.Event()
 
@@ -276,15 +268,7 @@ class AsyncRedisStreamStore(_Store):
         self._saver = AsyncRedisStreamSaver(
             client, prefix=prefix, chain=chain, allow_eviction=allow_eviction
         )
-        self._setup_shell(
-            client,
-            prefix=prefix,
-            serde=serde,
-            ttl=ttl,
-            index=index,
-            chain=chain,
-            max_payload_bytes=max_payload_bytes,
-        )
+        self._setup_shell(client, prefix, serde, ttl, index, chain, max_payload_bytes)
         self._sweeper: asyncio.Task[None] | None = None
 
     @classmethod
