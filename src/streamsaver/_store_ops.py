@@ -2,10 +2,12 @@
 
 A ``batch`` is at most two round trips whatever it holds: its reads (gets grouped per bucket,
 each search and namespace listing) pipelined in one, then its puts and deletes (one script per
-bucket, pipelined) and the TTL refreshes its reads asked for. As in ``InMemoryStore``, reads
+bucket, pipelined) and the TTL refreshes its reads asked for; a search with a query (and no
+filter) adds one between them, for the values of its page. As in ``InMemoryStore``, reads
 see the store as it was before the batch's own writes, and of two puts of one item in a batch
 the last wins. Everything is validated and encoded before the first yield: bad input writes
-nothing.
+nothing. The embeddings a batch needs are computed before it (``embed``/``aembed``: the
+model's call is the shells' to make) and passed in.
 """
 
 from __future__ import annotations
