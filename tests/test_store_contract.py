@@ -140,3 +140,46 @@ async def test_async_ttl_expiry(target: Target, prefix: str) -> None:
         await client.aclose()
         with target.client() as sync:
             drop(sync, prefix)
+
+
+def test_tail_wakes_when_a_memory_is_written(target: Target, store: RedisStreamStore) -> None:
+    """A following tail sees a put long before its poll_s runs out: on a single server it
+    blocks on the logs (XREAD), so the put wakes it; a cluster tail sleeps poll_s, so there it
+    is given a short one."""
+    poll_s = 0.2 if target.kind == "cluster" else 120.0
+    cursor = store.changes()[1]
+    seen: list[str] = []
+
+    def follow() -> None:
+        for event in store.tail(cursor, poll_s=poll_s):
+            seen.append(event.key)
+            return
+
+    reader = threading.Thread(target=follow, daemon=True)
+    reader.start()
+    time.sleep(0.3)  # the tail is now idle, waiting
+    store.put(NS, KEY, {"v": 1})
+    reader.join(timeout=30)
+    assert seen == [KEY]
+
+
+async def test_async_tail_wakes_when_a_memory_is_written(
+    target: Target, astore: AsyncRedisStreamStore
+) -> None:
+    poll_s = 0.2 if target.kind == "cluster" else 120.0
+    cursor = (await astore.achanges())[1]
+
+    async def first() -> str:
+        async for event in astore.atail(cursor, poll_s=poll_s):
+            return event.key
+        return ""
+
+    reader = asyncio.create_task(first())
+    await asyncio.sleep(0.3)
+    # a client of its own: the tail's connection is blocked in its read
+    client = target.aclient()
+    try:
+        await AsyncRedisStreamStore(client, prefix=astore._ops.prefix).aput(NS, KEY, {"v": 1})
+        assert await asyncio.wait_for(reader, timeout=30) == KEY
+    finally:
+        await client.aclose()

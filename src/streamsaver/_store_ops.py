@@ -480,6 +480,16 @@ class StoreOperations:
         events.sort(key=lambda e: (e.at, e.bucket, e.id))
         return events, StoreCursor(positions=positions)
 
+    def wait(self, after: StoreCursor, block_ms: int) -> Flow[None]:
+        """Block until a bucket's log holds an event after ``after``, or ``block_ms`` passed:
+        one ``XREAD BLOCK`` of every log, so a tail wakes when something is written rather
+        than at its next poll. A single server only: one command cannot read across a
+        cluster's slots (the shells sleep there instead)."""
+        # a bucket without a position was empty when last read: anything in it is new
+        ids = [after.positions.get(b, "0-0") for b in _all()]
+        logs = [k.log for k in self._keys]
+        yield Call(("XREAD", "COUNT", 1, "BLOCK", max(1, block_ms), "STREAMS", *logs, *ids))
+
     def _serde(self, values: bool) -> SerializerProtocol | None:
         return self.serde if values else None
 

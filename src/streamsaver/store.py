@@ -69,9 +69,24 @@ class _Store(BaseStore):
             index=StoreIndex(index) if index is not None else None,
         )
         self.ttl_config = self._ops.ttl
+        self._socket_timeout: float | None = (
+            None
+            if self._ops.cluster
+            else client.connection_pool.connection_kwargs.get("socket_timeout")
+        )
         # as InMemoryStore and PostgresStore name them (LangGraph's server reads index_config)
         self.index_config = self._ops.index.config if self._ops.index else None
         self.embeddings = self._ops.index.embeddings if self._ops.index else None
+
+    def _block_ms(self, poll_s: float) -> int | None:
+        """How long a tail blocks waiting for news: ``poll_s``, within the client's socket
+        timeout; None on a cluster, where a tail sleeps ``poll_s`` instead."""
+        if self._ops.cluster:
+            return None
+        ms = poll_s * 1000
+        if self._socket_timeout:
+            ms = min(ms, self._socket_timeout * 500)
+        return max(1, int(ms))
 
     def _sweep_minutes(self, given: float | None) -> float | None:
         return given or (self.ttl_config or {}).get("sweep_interval_minutes")
@@ -230,9 +245,10 @@ class RedisStreamStore(_Store):
         poll_s: float = 0.5,
         values: bool = False,
     ) -> Iterator[MemoryEvent]:
-        """Memory events as they happen: ``changes`` again and again, waiting ``poll_s``
-        whenever nothing is new; ``follow=False`` ends once caught up. ``after=None`` starts
-        at the beginning; ``store.changes()[1]`` after a full read is "from now"."""
+        """Memory events as they happen: ``changes`` again and again; whenever nothing is
+        new, a blocking read of every log for up to ``poll_s`` (on a cluster, a sleep of
+        ``poll_s``); ``follow=False`` ends once caught up. ``after=None`` starts at the
+        beginning; ``store.changes()[1]`` after a full read is "from now"."""
         cursor = after
         while True:
             events, cursor = self.changes(cursor, values=values)
@@ -240,7 +256,11 @@ class RedisStreamStore(_Store):
             if not events:
                 if not follow:
                     return
-                time.sleep(poll_s)
+                block_ms = self._block_ms(poll_s)
+                if block_ms is None:
+                    time.sleep(poll_s)
+                else:
+                    self._saver._run(self._ops.wait(cursor, block_ms))
 
 
 class AsyncRedisStreamStore(_Store):
@@ -381,4 +401,8 @@ class AsyncRedisStreamStore(_Store):
             if not events:
                 if not follow:
                     return
-                await asyncio.sleep(poll_s)
+                block_ms = self._block_ms(poll_s)
+                if block_ms is None:
+                    await asyncio.sleep(poll_s)
+                else:
+                    await self._saver._run(self._ops.wait(cursor, block_ms))
