@@ -104,7 +104,7 @@ def lp(text: str) -> str:
 
 # The Store's keys. A namespace (its labels joined by ".", which no label may hold) lives in one
 # of STORE_BUCKETS buckets, chosen by its CRC; a bucket's keys share the hash tag of a fixed slot,
-# ``<prefix>:{<slot tag>}:mlog|mix|mitem|mns|mexp`` (lua/store.lua says what each holds). Reads
+# ``<prefix>:{<slot tag>}:mlog|mix|mitem|mns|mexp|mvec`` (lua/store.lua says what each holds). Reads
 # across namespaces (prefix search, list_namespaces) visit every bucket: a fixed, small number
 # of keys, found without SCAN, spread evenly over the cluster's slots. The ``m`` suffixes are
 # distinct from a thread's ``log|ix|ptr`` and from every per-slot kind, so the tag may equal a
@@ -119,6 +119,7 @@ class StoreKeys(NamedTuple):
     item: str
     ns: str
     exp: str
+    vec: str
 
 
 def store_bucket(namespace: str) -> int:
@@ -129,4 +130,4 @@ def store_keys(prefix: str, bucket: int) -> StoreKeys:
     from ._feed import SLOTS, slot_tag  # _feed imports this module
 
     base = f"{prefix}:{{{slot_tag(bucket * (SLOTS // STORE_BUCKETS))}}}:"
-    return StoreKeys(*(base + kind for kind in ("mlog", "mix", "mitem", "mns", "mexp")))
+    return StoreKeys(*(base + kind for kind in ("mlog", "mix", "mitem", "mns", "mexp", "mvec")))

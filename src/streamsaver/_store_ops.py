@@ -2,10 +2,12 @@
 
 A ``batch`` is at most two round trips whatever it holds: its reads (gets grouped per bucket,
 each search and namespace listing) pipelined in one, then its puts and deletes (one script per
-bucket, pipelined) and the TTL refreshes its reads asked for. As in ``InMemoryStore``, reads
+bucket, pipelined) and the TTL refreshes its reads asked for; a search with a query (and no
+filter) adds one between them, for the values of its page. As in ``InMemoryStore``, reads
 see the store as it was before the batch's own writes, and of two puts of one item in a batch
 the last wins. Everything is validated and encoded before the first yield: bad input writes
-nothing.
+nothing. The embeddings a batch needs are computed before it (``embed``/``aembed``: the
+model's call is the shells' to make) and passed in.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from ._codec import Field
 from ._errors import DataLostError, InvalidInputError, PayloadTooLargeError
 from ._keys import STORE_BUCKETS, StoreKeys, lp, store_bucket, store_keys
 from ._ops import Call, Each, Eval, Flow, Replay
+from ._store_index import Embedded, StoreIndex
 from .memory_events import MemoryEvent, StoreCursor, memory_event
 
 __all__ = ["StoreOperations", "check_ttl_config"]
@@ -124,8 +127,10 @@ class StoreOperations:
         chain: bool,
         max_payload_bytes: int,
         ttl: TTLConfig | None,
+        index: StoreIndex | None = None,
     ) -> None:
         self.prefix = prefix
+        self.index = index
         self.serde = serde
         # on one server a single script can visit every bucket; a cluster needs one per bucket
         self.cluster = cluster
@@ -144,6 +149,8 @@ class StoreOperations:
         keys: builtins.list[tuple[str, ...]]
         if args[0] == "namespaces":
             keys = [(k.ns, k.exp) for k in self._keys]
+        elif args[0] == "rank":
+            keys = [(k.item, k.ns, k.vec) for k in self._keys]
         else:
             keys = [(k.log, k.ix, k.item, k.ns) for k in self._keys]
         if self.cluster:
@@ -155,15 +162,53 @@ class StoreOperations:
             return asked
         return bool((self.ttl or {}).get("refresh_on_read", True))
 
-    def batch(self, ops: Iterable[Op]) -> Flow[builtins.list[Result]]:
+    def embed(self, ops: Sequence[Op]) -> Embedded | None:
+        """The vectors ``batch`` needs (the model's call, the shell's one I/O besides Redis),
+        asked only once the batch is known valid."""
+        if self.index is None:
+            return None
+        self._validate(ops, None)
+        return self.index.embed(ops)
+
+    async def aembed(self, ops: Sequence[Op]) -> Embedded | None:
+        if self.index is None:
+            return None
+        self._validate(ops, None)
+        return await self.index.aembed(ops)
+
+    def batch(
+        self, ops: Iterable[Op], embedded: Embedded | None = None
+    ) -> Flow[builtins.list[Result]]:
         ops = builtins.list(ops)
-        puts = self._validate(ops)
+        puts = self._validate(ops, embedded)
         reads = _Reads(ops, self)
         replies = (yield Each(tuple(reads.evals))) if reads.evals else []
         for reply in replies:
             if isinstance(reply, Exception):
                 raise _lost(reply)
-        results, touch = self._answer(ops, reads, replies)
+        pages = self._pages(ops, reads, replies, embedded)
+        # the values of ranked pages, by the event ids the ranking saw (a snapshot: an event's
+        # value never changes), in a second round trip
+        wanted: dict[int, builtins.list[Any]] = {}
+        for page in pages.values():
+            for _, (member, row, _) in page:
+                if row[3] is None:
+                    wanted.setdefault(store_bucket(_joined(_split_member(member)[0])), []).append(
+                        row
+                    )
+        if wanted:
+            values = tuple(
+                Eval("store_read", (self.keys(b).log,), ("events", *(r[4] for r in rows)))
+                for b, rows in wanted.items()
+            )
+            for rows, reply in zip(wanted.values(), (yield Each(values)), strict=True):
+                if isinstance(reply, Exception):
+                    raise reply
+                for row, got in zip(rows, reply, strict=True):
+                    if not got:
+                        raise _lost(Exception(f"STREAMSAVER_STORE_LOST {_text(row[4])}"))
+                    row[2], row[3] = got
+        results, touch = self._answer(ops, reads, replies, pages)
         head: tuple[Field | int, ...] = (0, "chain" if self.chain else "")
         writes = [
             Eval("store_write", self.keys(bucket), (*head, *args), write=True)
@@ -179,7 +224,9 @@ class StoreOperations:
                     raise reply
         return results
 
-    def _validate(self, ops: Sequence[Op]) -> dict[int, builtins.list[Field]]:
+    def _validate(
+        self, ops: Sequence[Op], embedded: Embedded | None
+    ) -> dict[int, builtins.list[Field]]:
         """Check every operation; the script arguments of the puts, per bucket, the last put
         of an item winning."""
         puts: dict[tuple[tuple[str, ...], str], builtins.list[Field]] = {}
@@ -192,7 +239,7 @@ class StoreOperations:
                 )
             validate_op_namespace(op)
             if isinstance(op, PutOp):
-                puts[(op.namespace, op.key)] = self._put_args(op, writer)
+                puts[(op.namespace, op.key)] = self._put_args(op, writer, embedded)
             elif isinstance(op, SearchOp):
                 _check_page(op.limit, op.offset)
             elif isinstance(op, ListNamespacesOp):
@@ -208,16 +255,52 @@ class StoreOperations:
             by_bucket.setdefault(store_bucket(_joined(namespace)), []).extend(args)
         return by_bucket
 
+    def _pages(
+        self, ops: Sequence[Op], reads: _Reads, replies: Sequence[Any], embedded: Embedded | None
+    ) -> dict[int, builtins.list[tuple[float | None, Any]]]:
+        """Each search's page: (score, (member, row, decoded value or None)) per item."""
+        pages = {}
+        for i, (start, end) in reads.spans.items():
+            op = ops[i]
+            if not isinstance(op, SearchOp):
+                continue
+            found = []
+            for member, *row in (row for reply in replies[start:end] for row in reply):
+                if i in reads.ranked:
+                    # 'rank' rows, as the others: created, updated, vt, v, id, ttl, vec
+                    row = [row[0], row[1], None, None, row[2], row[3], row[4]]
+                if not op.filter:
+                    # decoded later, only if on the page
+                    found.append((member, row, None))
+                    continue
+                value = self._value(row)
+                if all(_compare_values(value.get(k), v) for k, v in op.filter.items()):
+                    found.append((member, row, value))
+            # newest first across buckets; ties (other servers' clocks) by the member's bytes,
+            # as lua/store_read.lua breaks them
+            found.sort(key=lambda x: (-int(x[1][1]), x[0]))
+            if self.index is not None and embedded is not None and op.query:
+                candidates = [(x, x[1][6]) for x in found]
+                query = embedded.queries[op.query]
+                pages[i] = self.index.rank(query, candidates, op.offset, op.limit)
+            else:
+                pages[i] = [(None, x) for x in found[op.offset : op.offset + op.limit]]
+        return pages
+
     def _answer(
-        self, ops: Sequence[Op], reads: _Reads, replies: Sequence[Any]
+        self,
+        ops: Sequence[Op],
+        reads: _Reads,
+        replies: Sequence[Any],
+        pages: dict[int, builtins.list[tuple[float | None, Any]]],
     ) -> tuple[builtins.list[Result], dict[int, builtins.list[Field]]]:
         """The results of the reads, and the TTL refreshes they ask for, per bucket."""
         results: builtins.list[Result] = [None] * len(ops)
         touch: dict[int, builtins.list[Field]] = {}
 
         def refresh(op: GetOp | SearchOp, bucket: int, member: str | bytes, row: Any) -> None:
-            if int(row[-1]) > 0 and self._refresh(op.refresh_ttl):
-                touch.setdefault(bucket, []).extend((member, row[-2]))
+            if int(row[5]) > 0 and self._refresh(op.refresh_ttl):
+                touch.setdefault(bucket, []).extend((member, row[4]))
 
         for bucket, (at, wanted) in reads.gets.items():
             for (i, get), row in zip(wanted, replies[at], strict=True):
@@ -231,34 +314,26 @@ class StoreOperations:
                 results[i] = _namespaces(op, rows)
                 continue
             assert isinstance(op, SearchOp)  # spans hold only searches and listings
-            found = []
-            for member, *row in rows:
-                value = self._value(row)
-                if not op.filter or all(
-                    _compare_values(value.get(k), v) for k, v in op.filter.items()
-                ):
-                    found.append((member, row, value))
-            # newest first across buckets; ties (other servers' clocks) by the member's bytes,
-            # as lua/store_read.lua breaks them
-            found.sort(key=lambda x: (-int(x[1][1]), x[0]))
-            page = found[op.offset : op.offset + op.limit]
+            scored = pages[i]
             results[i] = [
-                self._item(*_split_member(member), row, SearchItem, value)
-                for member, row, value in page
+                self._item(*_split_member(member), row, SearchItem, value, score)
+                for score, (member, row, value) in scored
             ]
-            for member, row, _ in page:
+            for _, (member, row, _) in scored:
                 namespace, _ = _split_member(member)
                 refresh(op, store_bucket(_joined(namespace)), member, row)
         return results, touch
 
-    def _put_args(self, op: PutOp, writer: tuple[str, str, str]) -> builtins.list[Field]:
+    def _put_args(
+        self, op: PutOp, writer: tuple[str, str, str], embedded: Embedded | None
+    ) -> builtins.list[Field]:
         if not op.namespace:
             raise InvalidNamespaceError("Namespace cannot be empty.")
         if not isinstance(op.key, str):
             raise InvalidInputError(f"key={op.key!r}: give a string")
         namespace, key = _joined(op.namespace), op.key
         if op.value is None:
-            return ["mdel", namespace, key, "", "", "", *writer]
+            return ["mdel", namespace, key, "", "", "", *writer, ""]
         if not isinstance(op.value, dict):
             raise InvalidInputError(
                 f"value for key {key!r} in {op.namespace!r} must be a dict, got "
@@ -270,7 +345,8 @@ class StoreOperations:
             raise PayloadTooLargeError(size, self.max_payload_bytes, f"item {key!r}")
         ttl = op.ttl if op.ttl is not None else None
         ttl_ms = "" if ttl is None else str(_ttl_ms(ttl, "ttl"))
-        return ["mput", namespace, key, type_, raw, ttl_ms, *writer]
+        vec = self.index.pack(op, embedded) if self.index is not None else b""
+        return ["mput", namespace, key, type_, raw, ttl_ms, *writer, vec]
 
     def _value(self, row: Any) -> Any:
         return self.serde.loads_typed((_text(row[2]), row[3]))
@@ -282,14 +358,17 @@ class StoreOperations:
         row: Any,
         kind: type[Any],
         value: Any = None,
+        score: float | None = None,
     ) -> Any:
         created, updated = row[:2]
+        extra = {"score": score} if kind is SearchItem else {}
         return kind(
             namespace=namespace,
             key=key,
             value=self._value(row) if value is None else value,
             created_at=_at(created),
             updated_at=_at(updated),
+            **extra,
         )
 
     def sweep(self) -> Flow[int]:
@@ -401,6 +480,16 @@ class StoreOperations:
         events.sort(key=lambda e: (e.at, e.bucket, e.id))
         return events, StoreCursor(positions=positions)
 
+    def wait(self, after: StoreCursor, block_ms: int) -> Flow[None]:
+        """Block until a bucket's log holds an event after ``after``, or ``block_ms`` passed:
+        one ``XREAD BLOCK`` of every log, so a tail wakes when something is written rather
+        than at its next poll. A single server only: one command cannot read across a
+        cluster's slots (the shells sleep there instead)."""
+        # a bucket without a position was empty when last read: anything in it is new
+        ids = [after.positions.get(b, "0-0") for b in _all()]
+        logs = [k.log for k in self._keys]
+        yield Call(("XREAD", "COUNT", 1, "BLOCK", max(1, block_ms), "STREAMS", *logs, *ids))
+
     def _serde(self, values: bool) -> SerializerProtocol | None:
         return self.serde if values else None
 
@@ -414,6 +503,8 @@ class _Reads:
         self.gets: dict[int, tuple[int, builtins.list[tuple[int, GetOp]]]] = {}
         # operation index -> the replies [start, end) that answer it
         self.spans: dict[int, tuple[int, int]] = {}
+        # searches read as 'rank' rows (no values: the page's come in a second round trip)
+        self.ranked: set[int] = set()
         by_bucket: dict[int, builtins.list[tuple[int, GetOp]]] = {}
         for i, op in enumerate(ops):
             if isinstance(op, GetOp):
@@ -426,9 +517,15 @@ class _Reads:
         for i, op in enumerate(ops):
             start = len(self.evals)
             if isinstance(op, SearchOp):
-                want = -1 if op.filter else op.offset + op.limit
-                args = ("search", _joined(op.namespace_prefix), want)
-                self.evals += core._every_bucket(args)
+                ranked = core.index is not None and bool(op.query)
+                if ranked and not op.filter:
+                    self.ranked.add(i)
+                    self.evals += core._every_bucket(("rank", _joined(op.namespace_prefix)))
+                else:
+                    # a filter or a ranking looks at every item under the prefix
+                    want = -1 if op.filter or ranked else op.offset + op.limit
+                    args = ("search", _joined(op.namespace_prefix), want, "vec" if ranked else "")
+                    self.evals += core._every_bucket(args)
             elif isinstance(op, ListNamespacesOp):
                 self.evals += core._every_bucket(("namespaces",))
             else:

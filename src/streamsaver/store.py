@@ -21,7 +21,7 @@ import redis
 import redis.asyncio as aredis
 from langgraph.checkpoint.serde.base import SerializerProtocol, maybe_add_typed_methods
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
-from langgraph.store.base import BaseStore, Op, Result, TTLConfig
+from langgraph.store.base import BaseStore, IndexConfig, Op, Result, TTLConfig
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
 
@@ -29,6 +29,7 @@ from ._base import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_PREFIX, _check_serde, chec
 from ._chain import ChainCheck
 from ._errors import InvalidInputError, InvalidUsageError, StreamSaverError
 from ._ops import Replay
+from ._store_index import StoreIndex
 from ._store_ops import StoreOperations, check_ttl_config
 from .aio import AsyncRedisStreamSaver
 from .memory_events import MemoryEvent, StoreCursor
@@ -39,42 +40,65 @@ __all__ = ["AsyncRedisStreamStore", "RedisStreamStore"]
 logger = logging.getLogger(__name__)
 
 
-def _operations(
-    prefix: str,
-    serde: SerializerProtocol | None,
-    cluster: bool,
-    chain: bool,
-    max_payload_bytes: int,
-    ttl: TTLConfig | None,
-    index: object,
-) -> StoreOperations:
-    if index is not None:
-        raise InvalidInputError(
-            "index=...: semantic (vector) search is not supported by this store yet; leave "
-            "index unset. search(query=...) is accepted and ignored: results come newest "
-            "first, as without a query"
+class _Store(BaseStore):
+    """What the two stores' constructors share: the options, checked once, and the
+    attributes LangGraph's other stores expose."""
+
+    supports_ttl = True
+
+    def _setup_shell(
+        self,
+        client: Any,
+        prefix: str,
+        serde: SerializerProtocol | None,
+        ttl: TTLConfig | None,
+        index: IndexConfig | None,
+        chain: bool,
+        max_payload_bytes: int,
+        /,
+    ) -> None:
+        if serde is not None:
+            _check_serde(serde)
+        self._ops = StoreOperations(
+            prefix,
+            maybe_add_typed_methods(serde) if serde is not None else JsonPlusSerializer(),
+            cluster=isinstance(client, (RedisCluster, AsyncRedisCluster)),
+            chain=chain,
+            max_payload_bytes=max_payload_bytes,
+            ttl=check_ttl_config(ttl),
+            index=StoreIndex(index) if index is not None else None,
         )
-    if serde is not None:
-        _check_serde(serde)
-    return StoreOperations(
-        prefix,
-        maybe_add_typed_methods(serde) if serde is not None else JsonPlusSerializer(),
-        cluster=cluster,
-        chain=chain,
-        max_payload_bytes=max_payload_bytes,
-        ttl=check_ttl_config(ttl),
-    )
+        self.ttl_config = self._ops.ttl
+        self._socket_timeout: float | None = (
+            None
+            if self._ops.cluster
+            else client.connection_pool.connection_kwargs.get("socket_timeout")
+        )
+        # as InMemoryStore and PostgresStore name them (LangGraph's server reads index_config)
+        self.index_config = self._ops.index.config if self._ops.index else None
+        self.embeddings = self._ops.index.embeddings if self._ops.index else None
+
+    def _block_ms(self, poll_s: float) -> int | None:
+        """How long a tail blocks waiting for news: ``poll_s``, within the client's socket
+        timeout; None on a cluster, where a tail sleeps ``poll_s`` instead."""
+        if self._ops.cluster:
+            return None
+        ms = poll_s * 1000
+        if self._socket_timeout:
+            ms = min(ms, self._socket_timeout * 500)
+        return max(1, int(ms))
+
+    def _sweep_minutes(self, given: float | None) -> float | None:
+        return given or (self.ttl_config or {}).get("sweep_interval_minutes")
 
 
-class RedisStreamStore(BaseStore):
+class RedisStreamStore(_Store):
     """A LangGraph ``BaseStore`` on a ``redis.Redis`` (or ``RedisCluster``) client.
 
     Every put and delete is appended as an event to a stream; the indexes that answer get,
     search and list_namespaces are projected from it in the same script, and ``rebuild``
     replays them. ``ttl`` as ``PostgresStore``'s: ``{"default_ttl": minutes,
     "refresh_on_read": bool, "sweep_interval_minutes": minutes}``."""
-
-    supports_ttl = True
 
     def __init__(
         self,
@@ -83,7 +107,7 @@ class RedisStreamStore(BaseStore):
         prefix: str = DEFAULT_PREFIX,
         serde: SerializerProtocol | None = None,
         ttl: TTLConfig | None = None,
-        index: None = None,
+        index: IndexConfig | None = None,
         chain: bool = True,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         allow_eviction: bool = False,
@@ -97,16 +121,7 @@ class RedisStreamStore(BaseStore):
         self._saver = RedisStreamSaver(
             client, prefix=prefix, chain=chain, allow_eviction=allow_eviction
         )
-        self._ops = _operations(
-            prefix,
-            serde,
-            isinstance(client, RedisCluster),
-            chain,
-            max_payload_bytes,
-            ttl,
-            index,
-        )
-        self.ttl_config = self._ops.ttl
+        self._setup_shell(client, prefix, serde, ttl, index, chain, max_payload_bytes)
         self._sweeper: threading.Thread | None = None
         self._stop = threading.Event()
 
@@ -119,6 +134,7 @@ class RedisStreamStore(BaseStore):
         prefix: str = DEFAULT_PREFIX,
         serde: SerializerProtocol | None = None,
         ttl: TTLConfig | None = None,
+        index: IndexConfig | None = None,
         chain: bool = True,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         allow_eviction: bool = False,
@@ -132,6 +148,7 @@ class RedisStreamStore(BaseStore):
             "prefix": prefix,
             "serde": serde,
             "ttl": ttl,
+            "index": index,
             "chain": chain,
             "max_payload_bytes": max_payload_bytes,
             "allow_eviction": allow_eviction,
@@ -156,7 +173,8 @@ class RedisStreamStore(BaseStore):
         self._saver.setup()
 
     def batch(self, ops: Iterable[Op]) -> builtins.list[Result]:
-        return self._saver._run(self._ops.batch(ops))
+        ops = builtins.list(ops)
+        return self._saver._run(self._ops.batch(ops, self._ops.embed(ops)))
 
     async def abatch(self, ops: Iterable[Op]) -> builtins.list[Result]:
         # the client blocks: a worker thread keeps the event loop free
@@ -169,7 +187,7 @@ class RedisStreamStore(BaseStore):
     def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> None:
         """Sweep in a daemon thread every ``sweep_interval_minutes`` (default: the ttl
         config's); nothing when neither is set."""
-        minutes = sweep_interval_minutes or (self.ttl_config or {}).get("sweep_interval_minutes")
+        minutes = self._sweep_minutes(sweep_interval_minutes)
         if not minutes or self._sweeper is not None:
             return
         self._stop.clear()
@@ -227,9 +245,10 @@ class RedisStreamStore(BaseStore):
         poll_s: float = 0.5,
         values: bool = False,
     ) -> Iterator[MemoryEvent]:
-        """Memory events as they happen: ``changes`` again and again, waiting ``poll_s``
-        whenever nothing is new; ``follow=False`` ends once caught up. ``after=None`` starts
-        at the beginning; ``store.changes()[1]`` after a full read is "from now"."""
+        """Memory events as they happen: ``changes`` again and again; whenever nothing is
+        new, a blocking read of every log for up to ``poll_s`` (on a cluster, a sleep of
+        ``poll_s``); ``follow=False`` ends once caught up. ``after=None`` starts at the
+        beginning; ``store.changes()[1]`` after a full read is "from now"."""
         cursor = after
         while True:
             events, cursor = self.changes(cursor, values=values)
@@ -237,14 +256,16 @@ class RedisStreamStore(BaseStore):
             if not events:
                 if not follow:
                     return
-                time.sleep(poll_s)
+                block_ms = self._block_ms(poll_s)
+                if block_ms is None:
+                    time.sleep(poll_s)
+                else:
+                    self._saver._run(self._ops.wait(cursor, block_ms))
 
 
-class AsyncRedisStreamStore(BaseStore):
+class AsyncRedisStreamStore(_Store):
     """The asyncio twin of ``RedisStreamStore``, on a ``redis.asyncio`` client. Its sync
     methods work from other threads while its event loop runs."""
-
-    supports_ttl = True
 
     def __init__(
         self,
@@ -253,7 +274,7 @@ class AsyncRedisStreamStore(BaseStore):
         prefix: str = DEFAULT_PREFIX,
         serde: SerializerProtocol | None = None,
         ttl: TTLConfig | None = None,
-        index: None = None,
+        index: IndexConfig | None = None,
         chain: bool = True,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         allow_eviction: bool = False,
@@ -267,16 +288,7 @@ class AsyncRedisStreamStore(BaseStore):
         self._saver = AsyncRedisStreamSaver(
             client, prefix=prefix, chain=chain, allow_eviction=allow_eviction
         )
-        self._ops = _operations(
-            prefix,
-            serde,
-            isinstance(client, AsyncRedisCluster),
-            chain,
-            max_payload_bytes,
-            ttl,
-            index,
-        )
-        self.ttl_config = self._ops.ttl
+        self._setup_shell(client, prefix, serde, ttl, index, chain, max_payload_bytes)
         self._sweeper: asyncio.Task[None] | None = None
 
     @classmethod
@@ -308,7 +320,8 @@ class AsyncRedisStreamStore(BaseStore):
         await self._saver.asetup()
 
     async def abatch(self, ops: Iterable[Op]) -> builtins.list[Result]:
-        return await self._saver._run(self._ops.batch(ops))
+        ops = builtins.list(ops)
+        return await self._saver._run(self._ops.batch(ops, await self._ops.aembed(ops)))
 
     def batch(self, ops: Iterable[Op]) -> builtins.list[Result]:
         loop = self._saver.loop
@@ -331,7 +344,7 @@ class AsyncRedisStreamStore(BaseStore):
     def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> None:
         """Sweep in a task on the running loop every ``sweep_interval_minutes`` (default: the
         ttl config's); nothing when neither is set."""
-        minutes = sweep_interval_minutes or (self.ttl_config or {}).get("sweep_interval_minutes")
+        minutes = self._sweep_minutes(sweep_interval_minutes)
         if not minutes or self._sweeper is not None:
             return
 
@@ -388,4 +401,8 @@ class AsyncRedisStreamStore(BaseStore):
             if not events:
                 if not follow:
                     return
-                await asyncio.sleep(poll_s)
+                block_ms = self._block_ms(poll_s)
+                if block_ms is None:
+                    await asyncio.sleep(poll_s)
+                else:
+                    await self._saver._run(self._ops.wait(cursor, block_ms))

@@ -11,6 +11,8 @@
 --                 (common.lua's chain_head reads it), 't' -> the last event's time (us)
 --   KEYS[4] mns   hash: namespace -> items it holds (a namespace is listed while > 0)
 --   KEYS[5] mexp  sorted set: score = expires (ms), member = lp(ns) .. key, items with a TTL
+--   KEYS[6] mvec  hash: lp(ns) .. key -> the item's embeddings (its event's vec), items that
+--                 have some: a ranked search reads them in one HGETALL per bucket
 -- A namespace is its labels joined by '.', which no label holds, so it is one string; lp()
 -- makes ns .. key prefix-free whatever either holds.
 --
@@ -46,10 +48,10 @@ local function now_us()
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
--- Apply one memory event to the indexes in keys (mix, mitem, mns, mexp); returns nil, or a
+-- Apply one memory event to the indexes in keys (mix, mitem, mns, mexp, mvec); returns nil, or a
 -- reason it was skipped (replay reports it; the writer never sends such an event).
 local function store_apply(keys, eid, f)
-  local mix, mitem, mns, mexp = keys[1], keys[2], keys[3], keys[4]
+  local mix, mitem, mns, mexp, mvec = keys[1], keys[2], keys[3], keys[4], keys[5]
   if f.dg then
     redis.call('HSET', mitem, 'h', f.dg)
   end
@@ -78,11 +80,17 @@ local function store_apply(keys, eid, f)
     else
       redis.call('ZREM', mexp, member)
     end
+    if f.vec and f.vec ~= '' then
+      redis.call('HSET', mvec, member, f.vec)
+    else
+      redis.call('HDEL', mvec, member)
+    end
   elseif f.k == 'mdel' then
     if old then
       redis.call('HDEL', mitem, member)
       redis.call('ZREM', mix, member)
       redis.call('ZREM', mexp, member)
+      redis.call('HDEL', mvec, member)
       if redis.call('HINCRBY', mns, f.ns, -1) <= 0 then
         redis.call('HDEL', mns, f.ns)
       end

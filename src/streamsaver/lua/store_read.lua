@@ -3,9 +3,15 @@
 -- ARGV[1]: 'get'; KEYS: mlog mitem of one bucket; ARGV[2..]: members (lp(ns) .. key): per
 --          member, false or {created, updated, vt, v, event id, ttl ms}
 -- ARGV[1]: 'search'; KEYS: mlog mix mitem mns of each bucket; ARGV[2]: namespace prefix (''
---          for all); ARGV[3]: how many (-1: all): {member, created, updated, vt, v, event id,
---          ttl ms} per item, the newest of all buckets given, newest first
+--          for all); ARGV[3]: how many (-1: all); ARGV[4]: 'vec' to add each item's vectors:
+--          {member, created, updated, vt, v, event id, ttl ms[, vec]} per item, the newest of
+--          all buckets given, newest first
 -- ARGV[1]: 'namespaces'; KEYS: mns mexp of each bucket: every namespace holding a live item
+-- ARGV[1]: 'rank'; KEYS: mitem mns mvec of each bucket; ARGV[2]: namespace prefix: every live
+--          item under it as {member, created, updated, event id, ttl ms, vec ('' none)}, in no
+--          order, without values (the client ranks, then asks 'events' for its page's)
+-- ARGV[1]: 'events'; KEYS: mlog of one bucket; ARGV[2..]: event ids: per id {vt, v}, or false
+--          when the log no longer holds it
 
 -- Items whose TTL ran out are left out, as though the sweep had deleted them already.
 local mode = ARGV[1]
@@ -15,13 +21,17 @@ local function alive(it)
   return it and (it.expires == 0 or it.expires > now_ms)
 end
 
-local function value_of(log, it)
+local function value_of(log, it, vec)
   local found = redis.call('XRANGE', log, it.eid, it.eid)[1]
   if not found then
     return nil
   end
   local f = fields_of(found[2])
-  return { it.created, it.updated, f.vt, f.v, it.eid, string.format('%d', it.ttl) }
+  local row = { it.created, it.updated, f.vt, f.v, it.eid, string.format('%d', it.ttl) }
+  if vec then
+    row[7] = f.vec or ''
+  end
+  return row
 end
 
 local function under(ns, prefix)
@@ -41,7 +51,45 @@ if mode == 'get' then
   return out
 end
 
+if mode == 'events' then
+  local out = {}
+  for i = 2, #ARGV do
+    local found = redis.call('XRANGE', KEYS[1], ARGV[i], ARGV[i])[1]
+    local f = found and fields_of(found[2])
+    out[#out + 1] = f and { f.vt, f.v } or false
+  end
+  return out
+end
+
 local out = {}
+if mode == 'rank' then
+  -- whole hashes, one call each: no per-item command, which is what a ranked search's cost
+  -- per item would otherwise be
+  local prefix = ARGV[2]
+  for b = 1, #KEYS, 3 do
+    local matching = false
+    for _, ns in ipairs(redis.call('HKEYS', KEYS[b + 1])) do
+      matching = matching or under(ns, prefix)
+    end
+    if matching then
+      local vecs = fields_of(redis.call('HGETALL', KEYS[b + 2]))
+      local flat = redis.call('HGETALL', KEYS[b])
+      for i = 1, #flat, 2 do
+        local member = flat[i]
+        -- 'h' and 't' (chain head, last time) are not items: members start '<len>:'
+        if string.find(member, '^%d+:') and under((split_lp(member)), prefix) then
+          local it = item_of(flat[i + 1])
+          if alive(it) then
+            out[#out + 1] = { member, it.created, it.updated, it.eid,
+                              string.format('%d', it.ttl), vecs[member] or '' }
+          end
+        end
+      end
+    end
+  end
+  return out
+end
+
 if mode == 'namespaces' then
   -- KEYS: mns mexp of each bucket. A namespace whose every item has expired is left out
   -- already, as its items are: only the expired, not yet swept, items are looked at
@@ -107,7 +155,7 @@ for i, row in ipairs(out) do
   if want >= 0 and i > want then
     break
   end
-  local v = value_of(row[3], row[2])
+  local v = value_of(row[3], row[2], ARGV[4] == 'vec')
   if not v then
     return redis.error_reply('STREAMSAVER_STORE_LOST ' .. row[2].eid)
   end

@@ -1,11 +1,11 @@
 -- Replay a bucket's log into scratch keys and compare them with its live indexes.
--- KEYS: mlog mix mitem mns mexp, then the four scratch keys (same slot)
+-- KEYS: mlog mix mitem mns mexp mvec, then the five scratch keys (same slot)
 -- Returns {applied, skipped, "<id> <reason>" per skipped event, "ref <id> ..." per event the
 -- replay contradicts (store.lua's store_refs), "<index> <missing|differs|extra> <member>"...};
 -- the scratch keys are deleted again.
-local live = { KEYS[2], KEYS[3], KEYS[4], KEYS[5] }
-local scratch = { KEYS[6], KEYS[7], KEYS[8], KEYS[9] }
-local names = { 'mix', 'mitem', 'mns', 'mexp' }
+local live = { KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6] }
+local scratch = { KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11] }
+local names = { 'mix', 'mitem', 'mns', 'mexp', 'mvec' }
 local out = store_replay_into(KEYS[1], scratch, true)
 
 local function as_map(key, kind)
@@ -14,7 +14,7 @@ local function as_map(key, kind)
   return fields_of(flat)
 end
 
-for i = 1, 4 do
+for i = 1, 5 do
   local kind = (i == 1 or i == 4) and 'zset' or 'hash'
   local want, have = as_map(scratch[i], kind), as_map(live[i], kind)
   for member, value in pairs(want) do

@@ -1,15 +1,15 @@
 -- Append a batch of puts and deletes of one bucket to its log and project each, atomically.
--- KEYS: mlog mix mitem mns mexp (store.lua)   ARGV[2]: 'chain' or '' (common.lua's append_event)
+-- KEYS: mlog mix mitem mns mexp mvec (store.lua)   ARGV[2]: 'chain' or '' (common.lua's append_event)
 -- ARGV[1]: 0, where common.lua's convention puts the feed's MAXLEN: memory events are not
 --          announced on the feeds yet (docs/store.md)
--- ARGV[3..]: per operation 9 values: kind ('mput' | 'mdel'), ns, key, vt, v, ttl (ms or ''),
--- thread, run, node ('' when unknown). A delete of an item that does not exist changes
+-- ARGV[3..]: per operation 10 values: kind ('mput' | 'mdel'), ns, key, vt, v, ttl (ms or ''),
+-- thread, run, node ('' when unknown), vec (the value's embeddings, float32 LE, '' none). A delete of an item that does not exist changes
 -- nothing and appends nothing. Returns the number of events appended.
-local keys = { KEYS[2], KEYS[3], KEYS[4], KEYS[5] }
+local keys = { KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6] }
 local last = tonumber(redis.call('HGET', KEYS[3], 't') or '0')
 local now = now_us()
 local appended = 0
-for i = 3, #ARGV, 9 do
+for i = 3, #ARGV, 10 do
   local kind, ns, key = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local old = item_of(redis.call('HGET', KEYS[3], lp(ns) .. key))
   if kind == 'mput' or old then
@@ -25,6 +25,10 @@ for i = 3, #ARGV, 9 do
       for _, x in ipairs({ 'vt', vt, 'v', v, 'vd', redis.sha1hex(#vt .. ':' .. vt .. v),
                            'ttl', ARGV[i + 5] }) do
         fields[#fields + 1] = x
+      end
+      if ARGV[i + 9] ~= '' then
+        fields[#fields + 1] = 'vec'
+        fields[#fields + 1] = ARGV[i + 9]
       end
     end
     fields[#fields + 1] = 'od'
