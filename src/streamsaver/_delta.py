@@ -9,8 +9,11 @@ compared as bytes, never as objects, and anything that is not a msgpack array is
 With ``reuse_items`` (opt-in, README "Reusing list items") a Known also keeps the objects its
 body encodes: a new value that starts with those very objects is encoded from the held body
 plus the new items' encoding, and a read that extends it decodes only the new items. The bytes
-are the same; what changes is that object identity stands for "unchanged", which holds only
-while no one mutates a checkpointed item in place.
+are the same; what changes is that object identity stands for "unchanged". Beside the objects
+it keeps their attributes (``shallow_state``), so an attribute assigned since (``m.id = ...``,
+what ``add_messages`` does to id-less messages; ``m.content = ...``) makes the value encoded
+and decoded whole again; a change inside an attribute's own value (``m.tool_calls.append``)
+is not seen, which is why the option stays opt-in.
 
 A new full value (a snapshot) is stored once the tails since the last snapshot outweigh it
 SNAPSHOT_SPACING times, so snapshots are spaced geometrically (each about 1 + SNAPSHOT_SPACING
@@ -26,6 +29,7 @@ process sent for a thread's latest checkpoint, so the next checkpoint can name t
 
 from __future__ import annotations
 
+import operator
 import struct
 import threading
 from collections import OrderedDict
@@ -41,6 +45,7 @@ __all__ = [
     "Known",
     "Written",
     "array_header",
+    "shallow_state",
     "split_array",
 ]
 
@@ -58,9 +63,10 @@ MIN_SHARED_BYTES = 64
 ENTRY_BYTES = 640
 # What a held object (reuse_items) costs beside its encoding: a decoded message takes ~1,340
 # bytes more than its msgpack bytes whatever its length (CPython 3.11, tracemalloc, 150
-# messages of 20 to 2,000 characters). Counted for every item, though the graph usually holds
-# the same objects: the bound is on what the cache alone may keep alive.
-ITEM_BYTES = 1400
+# messages of 20 to 2,000 characters), and its shallow_state 20 references more. Counted for
+# every item, though the graph usually holds the same objects: the bound is on what the cache
+# alone may keep alive.
+ITEM_BYTES = 1600
 
 
 def split_array(data: bytes) -> tuple[int, int] | None:
@@ -75,6 +81,24 @@ def split_array(data: bytes) -> tuple[int, int] | None:
     if first == 0xDD and len(data) >= 5:
         return struct.unpack_from(">I", data, 1)[0], 5
     return None
+
+
+def shallow_state(items: list[Any]) -> list[Any]:
+    """Each item, then its attribute names and values (a dict's keys and values): compared
+    item by item with ``is``, it tells whether anything was assigned to a held item since."""
+    state: list[Any] = []
+    for item in items:
+        state.append(item)
+        fields = item if type(item) is dict else getattr(item, "__dict__", None)
+        if fields is not None:
+            state += fields
+            state += fields.values()
+        # pydantic keeps attributes its model does not declare (extra="allow") apart
+        extra = getattr(item, "__pydantic_extra__", None)
+        if extra:
+            state += extra
+            state += extra.values()
+    return state
 
 
 def array_header(count: int) -> bytes:
@@ -97,8 +121,19 @@ class Known:
     chain_bytes: int
     snapshot_bytes: int
     # with reuse_items: the objects ``body`` encodes, item for item (a list of its own, so a
-    # caller changing the list it got back changes nothing here)
+    # caller changing the list it got back changes nothing here), and their shallow_state
     items: list[Any] | None = None
+    state: list[Any] | None = None
+
+    def holds(self, value: list[Any]) -> bool:
+        """Whether ``value`` starts with the held objects, none of them assigned to since."""
+        held, state = self.items, self.state
+        if held is None or state is None or len(value) < len(held):
+            return False
+        if not all(map(operator.is_, held, value)):
+            return False
+        now = shallow_state(held)
+        return len(now) == len(state) and all(map(operator.is_, state, now))
 
     def extend(self, data: bytes, count: int, header: int) -> bytes | None:
         """The tail that turns this value into ``data``, if the policy allows one."""
@@ -170,7 +205,8 @@ class DeltaCache:
 
     def put(self, key: tuple[str, str, str], known: Known) -> None:
         if known.items is not None and _cost(known) > self.max_bytes:
-            known.items = None  # its bytes alone may still fit: appends need only them
+            # its bytes alone may still fit: appends need only them
+            known.items = known.state = None
         if _cost(known) > self.max_bytes:
             self.drop(key)
             return
