@@ -32,9 +32,10 @@ from __future__ import annotations
 import operator
 import struct
 import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
+
+from cachetools import LRUCache
 
 __all__ = [
     "ENTRY_BYTES",
@@ -167,24 +168,35 @@ class Written:
         return None
 
 
+@dataclass(frozen=True, slots=True)
+class _Group:
+    """What the cache holds for one (thread, namespace): its list values by channel, and the
+    writes of its latest checkpoint. Replaced, never changed, so its size stays what the LRU
+    counted."""
+
+    values: dict[str, Known]
+    written: Written | None = None
+
+
+_NO_GROUP = _Group({})
+
+
 class DeltaCache:
     """Per (thread, namespace), the last list value seen stored for each channel: the base
     for the next append, and what reads can skip. LRU over (thread, namespace), bounded by
-    ``max_bytes`` counted as each entry's body plus ``ENTRY_BYTES``."""
+    ``max_bytes`` counted as each entry's body plus ``ENTRY_BYTES``; a (thread, namespace)
+    evicted takes its writes with it."""
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
-        self._groups: OrderedDict[tuple[str, str], dict[str, Known]] = OrderedDict()
-        self._bytes = 0
-        # per (thread, namespace), the writes of one checkpoint: bounded by the same LRU
-        self._written: dict[tuple[str, str], Written] = {}
+        self._groups: LRUCache[tuple[str, str], _Group] = LRUCache(max_bytes, _group_size)
         # the sync saver is called from LangGraph's background threads
         self._lock = threading.Lock()
 
     @property
     def nbytes(self) -> int:
         """The bytes counted against ``max_bytes``."""
-        return self._bytes
+        return int(self._groups.currsize)
 
     def __len__(self) -> int:
         """How many (thread, namespace) pairs it holds values for."""
@@ -192,16 +204,12 @@ class DeltaCache:
 
     def get(self, key: tuple[str, str, str]) -> Known | None:
         with self._lock:
-            group = self._groups.get(key[:2])
-            if group is None:
-                return None
-            self._groups.move_to_end(key[:2])
-            return group.get(key[2])
+            return self._groups.get(key[:2], _NO_GROUP).values.get(key[2])
 
     def held(self, thread_id: str, checkpoint_ns: str) -> dict[str, Known]:
         """Every channel value held for the thread and namespace (a copy)."""
         with self._lock:
-            return dict(self._groups.get((thread_id, checkpoint_ns), {}))
+            return dict(self._groups.get((thread_id, checkpoint_ns), _NO_GROUP).values)
 
     def put(self, key: tuple[str, str, str], known: Known) -> None:
         if known.items is not None and _cost(known) > self.max_bytes:
@@ -211,59 +219,58 @@ class DeltaCache:
             self.drop(key)
             return
         with self._lock:
-            group = self._groups.setdefault(key[:2], {})
-            self._groups.move_to_end(key[:2])
-            old = group.get(key[2])
-            group[key[2]] = known
-            self._bytes += _cost(known) - (_cost(old) if old else 0)
-            self._evict()
+            group = self._groups.get(key[:2], _NO_GROUP)
+            self._store(key[:2], _Group({**group.values, key[2]: known}, group.written))
 
-    def _evict(self) -> None:
-        while self._bytes > self.max_bytes and self._groups:
-            scope, evicted = self._groups.popitem(last=False)
-            self._bytes -= sum(map(_cost, evicted.values()))
-            self._bytes -= _size(self._written.pop(scope, None))
+    def _store(self, scope: tuple[str, str], group: _Group) -> None:
+        if not group.values and group.written is None:
+            self._groups.pop(scope, None)
+            return
+        try:
+            self._groups[scope] = group
+        except ValueError:  # larger than the whole bound: what it replaces goes too
+            self._groups.pop(scope, None)
 
     def wrote(
         self, scope: tuple[str, str], checkpoint_id: str, fields: list[tuple[str, bytes]]
     ) -> None:
         """Remember writes appended for ``checkpoint_id``; those of an older checkpoint go."""
         with self._lock:
-            old = self._written.get(scope)
+            group = self._groups.get(scope, _NO_GROUP)
+            old = group.written
             if old is not None and old.checkpoint_id == checkpoint_id:
                 fields = [*old.fields, *fields]
-            new = Written(checkpoint_id, tuple(fields))
+            new: Written | None = Written(checkpoint_id, tuple(fields))
             if _size(new) > self.max_bytes // 4:
-                self._bytes -= _size(self._written.pop(scope, None))
-                return
-            self._groups.setdefault(scope, {})
-            self._groups.move_to_end(scope)
-            self._written[scope] = new
-            self._bytes += _size(new) - _size(old)
-            self._evict()
+                new = None
+            self._store(scope, _Group(group.values, new))
 
     def written(self, scope: tuple[str, str], checkpoint_id: str | None) -> Written | None:
         with self._lock:
-            found = self._written.get(scope)
+            found = self._groups.get(scope, _NO_GROUP).written
             return found if found is not None and found.checkpoint_id == checkpoint_id else None
 
     def drop_thread(self, thread_id: str) -> None:
         """Forget every value held for the thread, in every namespace."""
         with self._lock:
-            for group in [g for g in self._groups if g[0] == thread_id]:
-                self._bytes -= sum(map(_cost, self._groups.pop(group).values()))
-                self._bytes -= _size(self._written.pop(group, None))
+            for scope in [s for s in self._groups if s[0] == thread_id]:
+                del self._groups[scope]
 
     def drop(self, key: tuple[str, str, str]) -> None:
         with self._lock:
             group = self._groups.get(key[:2])
-            old = group.pop(key[2], None) if group is not None else None
-            if old is not None:
-                self._bytes -= _cost(old)
-            if group is not None and not group:
+            if group is None or key[2] not in group.values:
+                return
+            values = {channel: v for channel, v in group.values.items() if channel != key[2]}
+            if values:
+                self._store(key[:2], _Group(values, group.written))
+            else:
                 # an empty group would only keep its writes: eviction goes by groups
                 del self._groups[key[:2]]
-                self._bytes -= _size(self._written.pop(key[:2], None))
+
+
+def _group_size(group: _Group) -> int:
+    return sum(map(_cost, group.values.values())) + _size(group.written)
 
 
 def _cost(known: Known) -> int:
