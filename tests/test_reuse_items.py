@@ -350,12 +350,8 @@ def test_ids_add_messages_assigns_in_place_are_stored(redis_url: str, prefix: st
     def reply(state: MessagesState) -> dict[str, Any]:
         return {"messages": [AIMessage(content=f"echo {len(state['messages'])}", id="r")]}
 
-    builder = StateGraph(MessagesState)
-    builder.add_node("reset", reset)
-    builder.add_node("reply", reply)
+    builder = StateGraph(MessagesState).add_sequence([reset, reply])
     builder.add_edge(START, "reset")
-    builder.add_edge("reset", "reply")
-    builder.add_edge("reply", END)
     client = redis.Redis.from_url(redis_url)
     try:
         graph = builder.compile(checkpointer=_saver(client, prefix))
