@@ -366,14 +366,37 @@ def test_ids_add_messages_assigns_in_place_are_stored(redis_url: str, prefix: st
         client.close()
 
 
-def test_an_attribute_assigned_on_a_held_item_is_encoded_again() -> None:
+def _changed_content(message: Any) -> None:
+    message.content = "changed after the put"
+
+
+def _changed_key(message: Any) -> None:
+    message["content"] = "changed after the put"
+
+
+def _added_key(message: Any) -> None:
+    message["name"] = "added after the put"
+
+
+@pytest.mark.parametrize(
+    ("make", "change"),
+    [
+        (_message, _changed_content),
+        (lambda i: {"role": "user", "content": f"message {i}"}, _changed_key),
+        (lambda i: {"role": "user", "content": f"message {i}"}, _added_key),
+    ],
+    ids=["message attribute", "dict value", "dict key"],
+)
+def test_an_attribute_assigned_on_a_held_item_is_encoded_again(
+    make: Callable[[int], Any], change: Callable[[Any], None]
+) -> None:
     codec = Codec(JsonPlusSerializer(), 1 << 30, reuse_items=True)
-    messages = [_message(i) for i in range(5)]
+    messages = [make(i) for i in range(5)]
     _, known = codec._value("messages", messages, "i1", None, None)
-    messages[1].content = "changed after the put"
-    raw, _ = codec._value("messages", [*messages, _message(5)], "i2", known, None)
+    change(messages[1])
+    raw, _ = codec._value("messages", [*messages, make(5)], "i2", known, None)
     whole = Codec(JsonPlusSerializer(), 1 << 30)._value(
-        "messages", [*messages, _message(5)], "i2", None, None
+        "messages", [*messages, make(5)], "i2", None, None
     )[0]
     assert raw == whole
 

@@ -64,10 +64,10 @@ MIN_SHARED_BYTES = 64
 ENTRY_BYTES = 640
 # What a held object (reuse_items) costs beside its encoding: a decoded message takes ~1,340
 # bytes more than its msgpack bytes whatever its length (CPython 3.11, tracemalloc, 150
-# messages of 20 to 2,000 characters), and its shallow_state 20 references more. Counted for
+# messages of 20 to 2,000 characters), and its shallow_state ~10 references more. Counted for
 # every item, though the graph usually holds the same objects: the bound is on what the cache
 # alone may keep alive.
-ITEM_BYTES = 1600
+ITEM_BYTES = 1500
 
 
 def split_array(data: bytes) -> tuple[int, int] | None:
@@ -85,14 +85,18 @@ def split_array(data: bytes) -> tuple[int, int] | None:
 
 
 def shallow_state(items: list[Any]) -> list[Any]:
-    """Each item, then its attribute names and values (a dict's keys and values): compared
-    item by item with ``is``, it tells whether anything was assigned to a held item since."""
+    """Each item, then its attribute values (a dict's keys and values): compared item by item
+    with ``is``, it tells whether anything was assigned to a held item since. An attribute
+    added or removed changes the length; a dict's keys are kept, an object's are its class's."""
     state: list[Any] = []
     for item in items:
         state.append(item)
-        fields = item if type(item) is dict else getattr(item, "__dict__", None)
+        if type(item) is dict:
+            state += item
+            state += item.values()
+            continue
+        fields = getattr(item, "__dict__", None)
         if fields is not None:
-            state += fields
             state += fields.values()
         # pydantic keeps attributes its model does not declare (extra="allow") apart
         extra = getattr(item, "__pydantic_extra__", None)
