@@ -223,6 +223,44 @@ def report(runners: list[Runner], steps: int) -> str:
     return "\n".join(lines)
 
 
+def storage(steps: int) -> str:
+    """Bytes per step after ``steps`` agent steps on one thread: each key's ``MEMORY USAGE``,
+    and the log's entries by field (name and value bytes, before Redis's own overhead)."""
+    with EmbeddedRedis() as server:
+        client = redis.Redis.from_url(server.url)
+        saver = RedisStreamSaver(client, prefix="size")
+        saver.setup()
+        conversation.start_thread(saver, "t")
+        for step in range(steps):
+            conversation.agent_step(saver, "t", step)
+        lines = [_row(["key (MEMORY USAGE)", "bytes per step"]), _row(["---", "---:"])]
+        total = 0
+        # a benchmark's own throwaway server: SCAN lists what one saver made
+        keys: list[bytes] = sorted(client.scan_iter(match="size:*"))
+        for key in keys:
+            used = int(client.memory_usage(key, samples=0) or 0)
+            total += used
+            kind: bytes = client.type(key)  # type: ignore[assignment]
+            lines.append(_row([f"`{key.decode()}` ({kind.decode()})", f"{used / steps:,.0f}"]))
+        lines.append(_row(["all keys", f"{total / steps:,.0f}"]))
+        fields: dict[str, int] = {}
+        log = saver._ops.keys("t").log
+        entries: list[tuple[bytes, dict[bytes, bytes]]] = client.xrange(log)  # type: ignore[assignment]
+        for _, entry in entries:
+            event = entry[b"k"].decode()
+            for name, value in entry.items():
+                text = name.decode()
+                if text[:1] in ("b", "w") and text[1:].isdigit():
+                    text = text[0] + "<i>"
+                text = f"{event} {text}"
+                fields[text] = fields.get(text, 0) + len(name) + len(value)
+        client.close()
+    lines += ["", _row(["log field (event kind, name)", "bytes per step"]), _row(["---", "---:"])]
+    for field_name, size in sorted(fields.items(), key=lambda kv: -kv[1]):
+        lines.append(_row([f"`{field_name}`", f"{size / steps:,.0f}"]))
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.cost",
@@ -230,7 +268,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--messages", type=int, default=150, help="conversation length first")
     parser.add_argument("--steps", type=int, default=200, help="steps measured after it")
+    parser.add_argument(
+        "--storage",
+        type=int,
+        metavar="STEPS",
+        help="instead: the bytes per step after STEPS agent steps, by key and by log field",
+    )
     args = parser.parse_args(argv)
+    if args.storage:
+        print(f"Stored after {args.storage} agent steps on one thread:\n")
+        print(storage(args.storage))
+        return 0
     runners = measure(args.messages, args.steps)
     print(
         f"{args.steps} agent steps after {args.messages} messages (a {args.messages}- to "
