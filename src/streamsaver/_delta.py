@@ -161,6 +161,12 @@ class Written:
 
     checkpoint_id: str
     fields: tuple[tuple[str, bytes], ...]
+    # what it counts against the cache's bound
+    size: int = 0
+
+    @classmethod
+    def of(cls, checkpoint_id: str, fields: tuple[tuple[str, bytes], ...]) -> Written:
+        return cls(checkpoint_id, fields, sum(len(raw) for _, raw in fields) + ENTRY_BYTES)
 
     def sharing(self, tail: bytes) -> tuple[str, int] | None:
         """(ref, offset) of a write whose field ends with exactly ``tail``, if any."""
@@ -180,9 +186,15 @@ class _Group:
 
     values: dict[str, Known]
     written: Written | None = None
+    size: int = 0  # what it counts against the bound (_group)
+
+
+def _group(values: dict[str, Known], written: Written | None) -> _Group:
+    return _Group(values, written, sum(map(_cost, values.values())) + _size(written))
 
 
 _NO_GROUP = _Group({})
+_SIZE = operator.attrgetter("size")
 
 
 class DeltaCache:
@@ -193,7 +205,7 @@ class DeltaCache:
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
-        self._groups: LRUCache[tuple[str, str], _Group] = LRUCache(max_bytes, _group_size)
+        self._groups: LRUCache[tuple[str, str], _Group] = LRUCache(max_bytes, _SIZE)
         # the sync saver is called from LangGraph's background threads
         self._lock = threading.Lock()
 
@@ -208,12 +220,12 @@ class DeltaCache:
 
     def get(self, key: tuple[str, str, str]) -> Known | None:
         with self._lock:
-            return self._groups.get(key[:2], _NO_GROUP).values.get(key[2])
+            return self._find(key[:2]).values.get(key[2])
 
     def held(self, thread_id: str, checkpoint_ns: str) -> dict[str, Known]:
         """Every channel value held for the thread and namespace (a copy)."""
         with self._lock:
-            return dict(self._groups.get((thread_id, checkpoint_ns), _NO_GROUP).values)
+            return dict(self._find((thread_id, checkpoint_ns)).values)
 
     def put(self, key: tuple[str, str, str], known: Known) -> None:
         if known.items is not None and _cost(known) > self.max_bytes:
@@ -223,8 +235,15 @@ class DeltaCache:
             self.drop(key)
             return
         with self._lock:
-            group = self._groups.get(key[:2], _NO_GROUP)
-            self._store(key[:2], _Group({**group.values, key[2]: known}, group.written))
+            group = self._find(key[:2])
+            self._store(key[:2], _group({**group.values, key[2]: known}, group.written))
+
+    def _find(self, scope: tuple[str, str]) -> _Group:
+        # one lookup (LRUCache.get asks `in` first): this is on every call's path
+        try:
+            return self._groups[scope]
+        except KeyError:
+            return _NO_GROUP
 
     def _store(self, scope: tuple[str, str], group: _Group) -> None:
         if not group.values and group.written is None:
@@ -240,18 +259,18 @@ class DeltaCache:
     ) -> None:
         """Remember writes appended for ``checkpoint_id``; those of an older checkpoint go."""
         with self._lock:
-            group = self._groups.get(scope, _NO_GROUP)
+            group = self._find(scope)
             old = group.written
             if old is not None and old.checkpoint_id == checkpoint_id:
                 fields = [*old.fields, *fields]
-            new: Written | None = Written(checkpoint_id, tuple(fields))
-            if _size(new) > self.max_bytes // 4:
-                new = None
-            self._store(scope, _Group(group.values, new))
+            new = Written.of(checkpoint_id, tuple(fields))
+            self._store(
+                scope, _group(group.values, new if new.size <= self.max_bytes // 4 else None)
+            )
 
     def written(self, scope: tuple[str, str], checkpoint_id: str | None) -> Written | None:
         with self._lock:
-            found = self._groups.get(scope, _NO_GROUP).written
+            found = self._find(scope).written
             return found if found is not None and found.checkpoint_id == checkpoint_id else None
 
     def drop_thread(self, thread_id: str) -> None:
@@ -267,14 +286,10 @@ class DeltaCache:
                 return
             values = {channel: v for channel, v in group.values.items() if channel != key[2]}
             if values:
-                self._store(key[:2], _Group(values, group.written))
+                self._store(key[:2], _group(values, group.written))
             else:
                 # an empty group would only keep its writes: eviction goes by groups
                 del self._groups[key[:2]]
-
-
-def _group_size(group: _Group) -> int:
-    return sum(map(_cost, group.values.values())) + _size(group.written)
 
 
 def _cost(known: Known) -> int:
@@ -282,6 +297,4 @@ def _cost(known: Known) -> int:
 
 
 def _size(written: Written | None) -> int:
-    if written is None:
-        return 0
-    return sum(len(raw) for _, raw in written.fields) + ENTRY_BYTES
+    return written.size if written is not None else 0
