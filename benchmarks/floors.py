@@ -3,9 +3,12 @@
 - The raw floor: the bytes a saver call carries, sent as one bare redis-py command per call
   (``XADD`` for ``put`` and ``put_writes``, ``XREVRANGE`` for ``get_tuple`` and a ``list`` page),
   prepared before timing. It is what Redis and the network cost with no saver logic at all.
-- The floor saver: ``InMemorySaver`` plus one bare ``PING`` round trip in each ``get_tuple``,
-  ``put``, ``put_writes`` and ``list`` page: serialization cost plus one round trip per call, the
-  least any network checkpointer can spend without caching.
+- The floor saver: ``InMemorySaver`` plus one redis-py ``PING`` round trip in each
+  ``get_tuple``, ``put``, ``put_writes`` and ``list`` page: serialization cost plus one round trip
+  per call, the least a checkpointer on redis-py can spend without caching.
+- The socket floor: the same with the ``PING`` written to a bare socket and ``+PONG`` read back,
+  no client library: the physical floor of a network checkpointer. redis-py's own cost per call
+  (its pool, command packing, reply parsing) is the distance between the two.
 
 The raw floor replays a trace that :class:`RecordingSaver` captures while running the same
 workload untimed, so it sends exactly the bytes ``InMemorySaver`` stores for each call.
@@ -13,7 +16,10 @@ workload untimed, so it sends exactly the bytes ``InMemorySaver`` stores for eac
 
 from __future__ import annotations
 
+import asyncio
+import socket
 import threading
+from collections import deque
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -32,14 +38,18 @@ from langgraph.checkpoint.memory import InMemorySaver
 
 __all__ = [
     "AsyncPingFloorSaver",
+    "AsyncPingSocket",
     "AsyncRawFloor",
     "Op",
     "PingFloorSaver",
+    "PingSocket",
     "RawFloor",
     "RecordingSaver",
 ]
 
 _FILL_BATCH = 500
+_PING = b"PING\r\n"
+_PONG = b"+PONG\r\n"
 
 
 @dataclass(frozen=True)
@@ -156,10 +166,83 @@ class AsyncRawFloor:
             await self.client.execute_command(*_command(key, op))  # type: ignore[no-untyped-call]
 
 
-class PingFloorSaver(InMemorySaver):
-    """``InMemorySaver`` with one bare Redis round trip in each call a graph run makes."""
+class PingSocket:
+    """One TCP connection that sends ``PING`` and reads ``+PONG``: a round trip with no client
+    library, no pool and no reply parser."""
 
-    def __init__(self, client: redis.Redis) -> None:
+    def __init__(self, host: str, port: int) -> None:
+        self._sock = socket.create_connection((host, port))
+        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        # LangGraph calls put/put_writes from its background executor threads
+        self._lock = threading.Lock()
+
+    def ping(self) -> None:
+        with self._lock:
+            self._sock.sendall(_PING)
+            reply = b""
+            while len(reply) < len(_PONG):
+                chunk = self._sock.recv(len(_PONG) - len(reply))
+                if not chunk:
+                    raise ConnectionError("the server closed the socket floor's connection")
+                reply += chunk
+        if reply != _PONG:
+            raise ConnectionError(f"PING answered {reply!r}")
+
+    def close(self) -> None:
+        self._sock.close()
+
+
+class AsyncPingSocket(asyncio.Protocol):
+    """The async socket floor: concurrent callers' ``PING``s share one connection, written as
+    they come and answered in order (Redis replies in order), as an auto-pipelining client
+    would send them."""
+
+    def __init__(self) -> None:
+        self._transport: asyncio.Transport | None = None
+        self._waiting: deque[asyncio.Future[None]] = deque()
+        self._buffer = b""
+
+    @classmethod
+    async def connect(cls, host: str, port: int) -> AsyncPingSocket:
+        loop = asyncio.get_running_loop()
+        transport, protocol = await loop.create_connection(cls, host, port)
+        transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self._buffer += data
+        while self._buffer.startswith(_PONG):
+            self._buffer = self._buffer[len(_PONG) :]
+            self._waiting.popleft().set_result(None)
+        if self._buffer and not _PONG.startswith(self._buffer):
+            self.connection_lost(ConnectionError(f"PING answered {self._buffer!r}"))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        while self._waiting:
+            self._waiting.popleft().set_exception(exc or ConnectionError("connection closed"))
+
+    async def ping(self) -> None:
+        if self._transport is None or self._transport.is_closing():
+            raise ConnectionError("the socket floor's connection is closed")
+        done = asyncio.get_running_loop().create_future()
+        self._waiting.append(done)
+        self._transport.write(_PING)
+        await done
+
+    def close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+
+
+class PingFloorSaver(InMemorySaver):
+    """``InMemorySaver`` with one bare Redis round trip in each call a graph run makes: through
+    redis-py (the floor saver) or a bare socket (the socket floor)."""
+
+    def __init__(self, client: redis.Redis | PingSocket) -> None:
         super().__init__()
         self.client = client
 
@@ -206,7 +289,7 @@ class AsyncPingFloorSaver(InMemorySaver):
     base class's sync methods directly to avoid a second, blocking round trip.
     """
 
-    def __init__(self, client: redis.asyncio.Redis) -> None:
+    def __init__(self, client: redis.asyncio.Redis | AsyncPingSocket) -> None:
         super().__init__()
         self.client = client
 

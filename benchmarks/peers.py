@@ -8,6 +8,7 @@ does not answer is returned as :class:`Absent` with the reason, so the report ca
 from __future__ import annotations
 
 import asyncio
+import urllib.parse
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import (
@@ -33,12 +34,21 @@ from .backends import (
     SqliteBackend,
     open_backend,
 )
-from .floors import AsyncPingFloorSaver, AsyncRawFloor, Op, PingFloorSaver, RawFloor
+from .floors import (
+    AsyncPingFloorSaver,
+    AsyncPingSocket,
+    AsyncRawFloor,
+    Op,
+    PingFloorSaver,
+    PingSocket,
+    RawFloor,
+)
 
 __all__ = [
     "FLOOR",
     "MEMORY",
     "RAW",
+    "SOCKET",
     "Absent",
     "AsyncTarget",
     "Peer",
@@ -48,6 +58,7 @@ __all__ = [
 
 RAW = "raw floor"
 FLOOR = "floor saver"
+SOCKET = "socket floor"
 MEMORY = "InMemorySaver"
 
 Saver = BaseCheckpointSaver[Any]
@@ -131,6 +142,29 @@ def floor_sync(backend: Backend) -> Iterator[SyncTarget]:
 async def floor_async(backend: Backend, concurrency: int) -> AsyncIterator[AsyncTarget]:
     async with _async_client(backend, concurrency) as client:
         yield AsyncPingFloorSaver(client)
+
+
+def _address(backend: Backend) -> tuple[str, int]:
+    url = urllib.parse.urlsplit(_url(backend))
+    return url.hostname or "127.0.0.1", url.port or 6379
+
+
+@contextmanager
+def socket_sync(backend: Backend) -> Iterator[SyncTarget]:
+    sock = PingSocket(*_address(backend))
+    try:
+        yield PingFloorSaver(sock)
+    finally:
+        sock.close()
+
+
+@asynccontextmanager
+async def socket_async(backend: Backend, concurrency: int) -> AsyncIterator[AsyncTarget]:
+    sock = await AsyncPingSocket.connect(*_address(backend))
+    try:
+        yield AsyncPingFloorSaver(sock)
+    finally:
+        sock.close()
 
 
 @contextmanager
@@ -286,7 +320,14 @@ def reusing_async(backend: Backend, concurrency: int) -> AbstractAsyncContextMan
 
 CANDIDATES: tuple[Peer, ...] = (
     Peer(RAW, "redis", raw_sync, raw_async, "bare redis-py XADD/XREVRANGE, one per call"),
-    Peer(FLOOR, "redis", floor_sync, floor_async, "InMemorySaver + one PING per call"),
+    Peer(FLOOR, "redis", floor_sync, floor_async, "InMemorySaver + one redis-py PING per call"),
+    Peer(
+        SOCKET,
+        "redis",
+        socket_sync,
+        socket_async,
+        "InMemorySaver + one PING per call on a bare socket (async: one pipelined connection)",
+    ),
     Peer(MEMORY, "memory", memory_sync, memory_async, "langgraph-checkpoint InMemorySaver"),
     Peer("SqliteSaver", "sqlite", sqlite_sync, sqlite_async, "sqlite3 / aiosqlite, WAL file"),
     Peer(

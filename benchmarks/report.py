@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .peers import FLOOR, MEMORY, RAW, Absent, Peer
+from .peers import FLOOR, MEMORY, RAW, SOCKET, Absent, Peer
 from .results import Cell, Metric, Section, Table
 
 __all__ = ["Environment", "SummaryColumn", "render", "write"]
@@ -14,7 +14,7 @@ __all__ = ["Environment", "SummaryColumn", "render", "write"]
 TIMES = "\N{MULTIPLICATION SIGN}"
 NONE = "\N{EN DASH}"
 
-_SHORT = {RAW: "raw", MEMORY: "mem", FLOOR: "floor"}
+_SHORT = {RAW: "raw", MEMORY: "mem", FLOOR: "floor", SOCKET: "socket"}
 
 
 @dataclass(frozen=True)
@@ -108,8 +108,9 @@ def _summary(
     lines = [
         "## Summary",
         "",
-        "Each cell: the figure, then its ratio to the raw floor / to InMemorySaver / to the floor "
-        "saver (all measured in this run). Lower is better except checkpoints per second.",
+        "Each cell: the figure, then its ratio to each reference measured in this run: raw = "
+        "the raw floor, mem = InMemorySaver, floor = the floor saver, socket = the socket "
+        "floor. Lower is better except checkpoints per second.",
         "",
         _row(["peer", *(c.header for c in present)]),
         _row(["---"] * (len(present) + 1)),
@@ -123,7 +124,9 @@ def _summary(
             text = _cell(value, metric)
             if isinstance(value, float) and metric.ratios:
                 refs = _references(table)
-                ratios = " / ".join(_ratio(value, table.value(r, metric.key)) for r in refs)
+                ratios = " / ".join(
+                    f"{_ratio(value, table.value(r, metric.key))} {_SHORT[r]}" for r in refs
+                )
                 text += f" ({ratios})"
             cells.append(text)
         lines.append(_row(cells))
@@ -172,8 +175,13 @@ def _method_notes() -> list[str]:
         "recorded beforehand and sent as one bare redis-py command per call: `XADD` for "
         "`put`/`put_writes`, `XREVRANGE … COUNT 1` for `get_tuple`, `COUNT 10` for a `list` "
         "page. No serialization is timed: it is the cost of Redis and the network alone.",
-        "- **floor saver**: `InMemorySaver` plus one bare `PING` in each `get_tuple`, `put`, "
+        "- **floor saver**: `InMemorySaver` plus one redis-py `PING` in each `get_tuple`, `put`, "
         "`put_writes` and `list`: serialization plus one round trip per call.",
+        "- **socket floor**: the same `PING` written to a bare socket and `+PONG` read back, no "
+        "client library (async: concurrent calls pipelined on one connection): serialization "
+        "plus the physical round trip, the floor no network checkpointer can go under.",
+        "- **client CPU**: the benchmark process's CPU time (`time.process_time`, every thread) "
+        "over the same calls; the servers run in other processes and are not counted.",
         "- Each Redis peer gets its own `redis-server` (Redis Stack for "
         "langgraph-checkpoint-redis), PostgresSaver a fresh database, SqliteSaver a file in a "
         "temporary directory; all on loopback, all from this one process.",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .peers import FLOOR, MEMORY, RAW
+from .peers import FLOOR, MEMORY, RAW, SOCKET
 
 __all__ = ["Cell", "Metric", "Section", "Series", "Table"]
 
@@ -29,7 +29,7 @@ class Table:
     metrics: list[Metric]
     rows: dict[str, dict[str, Cell]] = field(default_factory=dict)
     # the peers each figure is divided by, when they are in the table
-    references: tuple[str, ...] = (RAW, MEMORY, FLOOR)
+    references: tuple[str, ...] = (RAW, MEMORY, FLOOR, SOCKET)
     note: str = ""
 
     def set(self, peer: str, metric: str, value: Cell) -> None:

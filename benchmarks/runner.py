@@ -88,12 +88,14 @@ def _summary(cfg: Config) -> list[SummaryColumn]:
     return [
         SummaryColumn("agent_step_sync", "p50", "agent step p50, sync (ms)"),
         SummaryColumn("agent_step_sync", "p99", "agent step p99, sync (ms)"),
+        SummaryColumn("agent_step_sync", "cpu", "agent step client CPU, sync (ms)"),
         SummaryColumn("agent_step_async", "p50", "agent step p50, async (ms)"),
         SummaryColumn("graph_pipeline_sync", "p50", "StateGraph invoke p50 (ms)"),
         SummaryColumn("graph_react_sync", "p50", "ReAct invoke p50 (ms)"),
         SummaryColumn("history_get", f"d{depth}", f"get_tuple at {depth:,} (ms)"),
         SummaryColumn("storage", f"mem_{steps}", f"stored/step at {steps:,}"),
         SummaryColumn("concurrency", "cps", "checkpoints/s, 64 threads"),
+        SummaryColumn("concurrency", "cpu", "client CPU per checkpoint, 64 threads (ms)"),
     ]
 
 

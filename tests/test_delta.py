@@ -258,3 +258,23 @@ def test_dropping_a_threads_last_value_forgets_the_thread() -> None:
         cache.put((f"t{n}", "", "messages"), _known(n, b"abc"))
         cache.drop((f"t{n}", "", "messages"))  # as a stale base does
     assert len(cache) == 0 and cache.nbytes == 0
+
+
+def test_a_thread_read_lately_outlives_older_ones_and_an_evicted_thread_takes_its_writes() -> None:
+    bound = 3 * (ENTRY_BYTES + 10) + 3 * (ENTRY_BYTES + 5)  # three threads and their writes
+    cache = DeltaCache(bound)
+    for n in range(3):
+        cache.put((f"t{n}", "", "messages"), _known(n, b"x" * 10))
+        cache.wrote((f"t{n}", ""), f"c{n}", [(f"1-{n} w0", b"y" * 5)])
+    assert cache.nbytes == bound
+    assert cache.get(("t0", "", "messages")) is not None  # t0 is now the most recent
+    cache.put(("t3", "", "messages"), _known(3, b"x" * 10))
+    assert cache.get(("t1", "", "messages")) is None
+    assert cache.written(("t1", ""), "c1") is None
+    assert cache.written(("t0", ""), "c0") is not None
+    assert cache.nbytes <= bound
+    # writes of a newer checkpoint replace the older ones, and are counted instead of them
+    before = cache.nbytes
+    cache.wrote(("t0", ""), "c9", [("2-0 w0", b"z" * 8)])
+    assert cache.written(("t0", ""), "c0") is None
+    assert cache.written(("t0", ""), "c9") is not None and cache.nbytes == before + 3

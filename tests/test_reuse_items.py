@@ -21,6 +21,7 @@ from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.graph.state import CompiledStateGraph
+from langgraph.types import Overwrite
 
 from streamsaver import AsyncRedisStreamSaver, RedisStreamSaver
 from streamsaver._codec import Codec
@@ -336,6 +337,84 @@ def test_without_it_a_mutated_returned_message_never_reaches_a_later_read(
     again = saver.get_tuple(thread.parent or {})
     assert again is not None
     assert again.checkpoint["channel_values"]["messages"][0].content == "message 0 "
+
+
+def test_ids_add_messages_assigns_in_place_are_stored(redis_url: str, prefix: str) -> None:
+    """add_messages gives every id-less message of the existing list an id by assigning it to
+    the very object the saver holds: the next put must store the id, as InMemorySaver does."""
+
+    def reset(state: MessagesState) -> dict[str, Any]:
+        # Overwrite skips the reducer: id-less messages reach the channel and the checkpoint
+        return {"messages": Overwrite([HumanMessage(content="a"), AIMessage(content="b")])}
+
+    def reply(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [AIMessage(content=f"echo {len(state['messages'])}", id="r")]}
+
+    builder = StateGraph(MessagesState).add_sequence([reset, reply])
+    builder.add_edge(START, "reset")
+    client = redis.Redis.from_url(redis_url)
+    try:
+        graph = builder.compile(checkpointer=_saver(client, prefix))
+        config = {"configurable": {"thread_id": "ids"}}
+        # each put before the next step runs: the step that assigns the ids follows the put
+        got = graph.invoke({"messages": []}, config, durability="sync")
+        assert [m.id is not None for m in got["messages"]] == [True, True, True]
+        read = RedisStreamSaver(client, prefix=prefix).get_tuple(config)
+        assert read is not None
+        assert read.checkpoint["channel_values"]["messages"] == got["messages"]
+    finally:
+        client.close()
+
+
+def _changed_content(message: Any) -> None:
+    message.content = "changed after the put"
+
+
+def _changed_key(message: Any) -> None:
+    message["content"] = "changed after the put"
+
+
+def _added_key(message: Any) -> None:
+    message["name"] = "added after the put"
+
+
+@pytest.mark.parametrize(
+    ("make", "change"),
+    [
+        (_message, _changed_content),
+        (lambda i: {"role": "user", "content": f"message {i}"}, _changed_key),
+        (lambda i: {"role": "user", "content": f"message {i}"}, _added_key),
+    ],
+    ids=["message attribute", "dict value", "dict key"],
+)
+def test_an_attribute_assigned_on_a_held_item_is_encoded_again(
+    make: Callable[[int], Any], change: Callable[[Any], None]
+) -> None:
+    codec = Codec(JsonPlusSerializer(), 1 << 30, reuse_items=True)
+    messages = [make(i) for i in range(5)]
+    _, known = codec._value("messages", messages, "i1", None, None)
+    change(messages[1])
+    raw, _ = codec._value("messages", [*messages, make(5)], "i2", known, None)
+    whole = Codec(JsonPlusSerializer(), 1 << 30)._value(
+        "messages", [*messages, make(5)], "i2", None, None
+    )[0]
+    assert raw == whole
+
+
+def test_an_attribute_assigned_on_a_returned_message_never_reaches_a_later_read(
+    client: redis.Redis, prefix: str
+) -> None:
+    saver = _saver(client, prefix)
+    thread = Thread(saver)
+    thread.put(messages=[_message(0), _message(1)])
+    got = saver.get_tuple(thread.parent or {})
+    assert got is not None
+    got.checkpoint["channel_values"]["messages"][0].content = "changed by the caller"
+    got.checkpoint["channel_values"]["messages"][1].name = "renamed by the caller"
+    # the server sends nothing new: what the saver holds answers, from its bytes
+    again = saver.get_tuple(thread.parent or {})
+    assert again is not None
+    assert again.checkpoint["channel_values"]["messages"] == [_message(0), _message(1)]
 
 
 @pytest.fixture

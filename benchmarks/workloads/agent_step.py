@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from time import perf_counter_ns
+from time import perf_counter_ns, process_time_ns
 
 from ..conversation import MESSAGE_BYTES, aagent_step, agent_step, astart_thread, start_thread
 from ..floors import AsyncRawFloor, RawFloor
@@ -16,10 +16,14 @@ from ..traces import Trace, agent_trace
 __all__ = ["run"]
 
 KEY = "agent_step"
-METRICS = [Metric("p50", "p50", "ms"), Metric("p99", "p99", "ms")]
+METRICS = [
+    Metric("p50", "p50", "ms"),
+    Metric("p99", "p99", "ms"),
+    Metric("cpu", "client CPU p50", "ms"),
+]
 
-# samples[peer][step] holds that step's time in every round
-Samples = dict[str, list[list[float]]]
+# samples[peer][step] holds that step's (wall, client CPU) time in every round
+Samples = dict[str, list[list[tuple[float, float]]]]
 
 
 def run(ctx: Context) -> Section:
@@ -33,7 +37,9 @@ def run(ctx: Context) -> Section:
         f"{cfg.warmup_steps}-step warm-up. Messages alternate `HumanMessage`/`AIMessage` with "
         f"pseudo-random words, so step *n* reads and writes a list of *n* messages. Peers take "
         f"turns step by step, the first one rotating. Milliseconds per step; the by-step plots "
-        f"show how the cost grows with the conversation.",
+        f"show how the cost grows with the conversation. Client CPU is this process's CPU time "
+        f"over the step (`time.process_time`): the saver's and its client library's work, "
+        f"without the server's.",
     )
     trace = agent_trace(cfg.trace_steps)[: cfg.agent_steps]
     for mode in ("sync", "async"):
@@ -50,10 +56,11 @@ def run(ctx: Context) -> Section:
 def _table(mode: str, samples: Samples, failures: Failures) -> Table:
     table = Table(f"{KEY}_{mode}", f"Agent step, {mode} (ms per step)", list(METRICS))
     for name, per_step in samples.items():
-        flat = [t for step in per_step for t in step]
+        flat = [t for step in per_step for t, _ in step]
         if failures.ok(name) and flat:
             table.set(name, "p50", median(flat))
             table.set(name, "p99", percentile(flat, 99))
+            table.set(name, "cpu", median([c for step in per_step for _, c in step]))
     for name, reason in failures.reasons.items():
         table.set(name, "p50", reason)
     return table
@@ -61,7 +68,10 @@ def _table(mode: str, samples: Samples, failures: Failures) -> Table:
 
 def _series(mode: str, samples: Samples, failures: Failures) -> Series:
     lines = {
-        name: ([float(i) for i in range(len(per_step))], [median(s) for s in per_step])
+        name: (
+            [float(i) for i in range(len(per_step))],
+            [median([t for t, _ in s]) for s in per_step],
+        )
         for name, per_step in samples.items()
         if failures.ok(name) and all(per_step)
     }
@@ -74,17 +84,21 @@ def _series(mode: str, samples: Samples, failures: Failures) -> Series:
     )
 
 
-def _time_sync(turn: Turn[SyncTarget], trace: Trace) -> float:
+def _elapsed(start: int, cpu: int) -> tuple[float, float]:
+    return (perf_counter_ns() - start) / NS_PER_MS, (process_time_ns() - cpu) / NS_PER_MS
+
+
+def _time_sync(turn: Turn[SyncTarget], trace: Trace) -> tuple[float, float]:
     target = turn.opened.target
     if isinstance(target, RawFloor):
-        start = perf_counter_ns()
+        start, cpu = perf_counter_ns(), process_time_ns()
         target.run(turn.thread, trace[turn.index])
-        return (perf_counter_ns() - start) / NS_PER_MS
+        return _elapsed(start, cpu)
     if turn.index == 0:
         start_thread(target, turn.thread)
-    start = perf_counter_ns()
+    start, cpu = perf_counter_ns(), process_time_ns()
     agent_step(target, turn.thread, turn.index)
-    return (perf_counter_ns() - start) / NS_PER_MS
+    return _elapsed(start, cpu)
 
 
 def _run_sync(ctx: Context, trace: Trace, failures: Failures) -> Samples:
@@ -106,17 +120,17 @@ def _run_sync(ctx: Context, trace: Trace, failures: Failures) -> Samples:
     return samples
 
 
-async def _time_async(turn: Turn[AsyncTarget], trace: Trace) -> float:
+async def _time_async(turn: Turn[AsyncTarget], trace: Trace) -> tuple[float, float]:
     target = turn.opened.target
     if isinstance(target, AsyncRawFloor):
-        start = perf_counter_ns()
+        start, cpu = perf_counter_ns(), process_time_ns()
         await target.run(turn.thread, trace[turn.index])
-        return (perf_counter_ns() - start) / NS_PER_MS
+        return _elapsed(start, cpu)
     if turn.index == 0:
         await astart_thread(target, turn.thread)
-    start = perf_counter_ns()
+    start, cpu = perf_counter_ns(), process_time_ns()
     await aagent_step(target, turn.thread, turn.index)
-    return (perf_counter_ns() - start) / NS_PER_MS
+    return _elapsed(start, cpu)
 
 
 async def _run_async(ctx: Context, trace: Trace, failures: Failures) -> Samples:

@@ -9,7 +9,7 @@ from ..backends import Usage, open_backend
 from ..conversation import agent_step, start_thread
 from ..floors import RawFloor
 from ..harness import Context, Failures
-from ..peers import FLOOR, MEMORY, RAW, Peer
+from ..peers import FLOOR, MEMORY, RAW, SOCKET, Peer
 from ..results import Metric, Section, Series, Table
 from ..traces import agent_trace
 
@@ -46,8 +46,9 @@ def run(ctx: Context) -> Section:
     )
     lines: dict[str, tuple[list[float], list[float]]] = {}
     failures = Failures()
-    measured = [p for p in ctx.peers if p.name != FLOOR]
-    section.skipped[FLOOR] = "n/a: it stores what InMemorySaver stores, in process"
+    measured = [p for p in ctx.peers if p.name not in (FLOOR, SOCKET)]
+    for floor in (FLOOR, SOCKET):
+        section.skipped[floor] = "n/a: it stores what InMemorySaver stores, in process"
     with ctx.bar("storage", len(measured) * last) as bar:
         for peer in measured:
             with failures.guard(peer.name):

@@ -9,7 +9,6 @@ through the saver's serde as ``msgpack([type, bytes])``.
 from __future__ import annotations
 
 import math
-import operator
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,7 +26,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ._config import make_config
-from ._delta import Known, Written, array_header, split_array
+from ._delta import Known, Written, array_header, shallow_state, split_array
 from ._errors import CorruptIndexError, InvalidInputError, PayloadTooLargeError
 
 __all__ = [
@@ -225,6 +224,7 @@ class Codec:
         the bytes of a write in ``written`` when the tail is one), and what the saver learns by
         storing it."""
         typed = self._extended(value, known) if self.reuse_items else None
+        reused = known if typed is not None else None
         if typed is None:
             typed = self._dumps_typed(value, f"the value of channel {channel!r}")
         type_, data = typed
@@ -232,10 +232,10 @@ class Codec:
         if array is None:
             return ormsgpack.packb((type_, data)), None
         count, header = array
-        items = self._items(value, count)
+        items, state = self._held(value, count, reused)
         tail = known.extend(data, count, header) if known is not None else None
         if known is None or tail is None:
-            learned = Known(version, "", data[header:], count, 0, 0, len(data), items)
+            learned = Known(version, "", data[header:], count, 0, 0, len(data), items, state)
             return ormsgpack.packb((type_, data)), learned
         learned = Known(
             version,
@@ -246,6 +246,7 @@ class Codec:
             known.chain_bytes + len(tail),
             known.snapshot_bytes,
             items,
+            state,
         )
         shared = written.sharing(tail) if written is not None else None
         if shared is not None:
@@ -253,11 +254,17 @@ class Codec:
             return ormsgpack.packb(("shared", *shared, count - known.count)), learned
         return ormsgpack.packb(("append", tail, count - known.count)), learned
 
-    def _items(self, value: Any, count: int) -> list[Any] | None:
-        """What a Known keeps of a list value's objects, with reuse_items."""
-        if self.reuse_items and type(value) is list and len(value) == count:
-            return value.copy()
-        return None
+    def _held(
+        self, value: Any, count: int, base: Known | None
+    ) -> tuple[list[Any] | None, list[Any] | None]:
+        """What a Known keeps of a list value with reuse_items: its objects and their
+        shallow_state. ``base``: a Known whose objects start ``value``, just checked by
+        holds(), so its state stands for theirs."""
+        if not (self.reuse_items and type(value) is list and len(value) == count):
+            return None, None
+        if base is not None and base.state is not None:
+            return value.copy(), base.state + shallow_state(value[base.count :])
+        return value.copy(), shallow_state(value)
 
     def _extended(self, value: Any, known: Known | None) -> tuple[str, bytes] | None:
         """The serde's encoding of ``value``, built from ``known``'s body and an encoding of
@@ -265,12 +272,9 @@ class Codec:
         A msgpack array is its header then each item's encoding in turn, so this is the
         serde's own bytes; a serde whose list encoding is anything else (EncryptedSerializer's
         ciphertext, a JSON or pickle fallback) gives back no array, and None sends it whole."""
-        if known is None or known.items is None or type(value) is not list:
+        if known is None or type(value) is not list or not known.holds(value):
             return None
-        held = known.items
-        if len(value) < len(held) or not all(map(operator.is_, held, value)):
-            return None
-        new = value[len(held) :]
+        new = value[known.count :]
         try:
             type_, data = self.serde.dumps_typed(new)
         except (TypeError, ValueError, OverflowError):
@@ -284,6 +288,9 @@ class Codec:
         """``held``'s objects followed by the decoded new items (``count`` of them, encoded
         in ``items``), with reuse_items; None to decode the whole value."""
         if not self.reuse_items or held.items is None or len(held.items) != held.count:
+            return None
+        # a caller may have assigned to an object it got back: then the held bytes decide
+        if not held.holds(held.items):
             return None
         if not count:
             return held.items.copy()
@@ -445,9 +452,12 @@ class Codec:
         value = None
         if base is not None:
             value = self._appended(base, b"".join(body[1:]), count - base.count)
+            if value is None:
+                base = None
         items = b"".join(body)
         if value is None:
             value = self.serde.loads_typed(("msgpack", array_header(count) + items))
+        held_items, state = self._held(value, count, base)
         known = Known(
             version.decode(),
             head.decode(),
@@ -456,7 +466,8 @@ class Codec:
             chain,
             chain_bytes,
             snapshot_bytes,
-            self._items(value, count),
+            held_items,
+            state,
         )
         return value, known
 

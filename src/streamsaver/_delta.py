@@ -9,8 +9,11 @@ compared as bytes, never as objects, and anything that is not a msgpack array is
 With ``reuse_items`` (opt-in, README "Reusing list items") a Known also keeps the objects its
 body encodes: a new value that starts with those very objects is encoded from the held body
 plus the new items' encoding, and a read that extends it decodes only the new items. The bytes
-are the same; what changes is that object identity stands for "unchanged", which holds only
-while no one mutates a checkpointed item in place.
+are the same; what changes is that object identity stands for "unchanged". Beside the objects
+it keeps their attributes (``shallow_state``), so an attribute assigned since (``m.id = ...``,
+what ``add_messages`` does to id-less messages; ``m.content = ...``) makes the value encoded
+and decoded whole again; a change inside an attribute's own value (``m.tool_calls.append``)
+is not seen, which is why the option stays opt-in.
 
 A new full value (a snapshot) is stored once the tails since the last snapshot outweigh it
 SNAPSHOT_SPACING times, so snapshots are spaced geometrically (each about 1 + SNAPSHOT_SPACING
@@ -26,11 +29,13 @@ process sent for a thread's latest checkpoint, so the next checkpoint can name t
 
 from __future__ import annotations
 
+import operator
 import struct
 import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
+
+from cachetools import LRUCache
 
 __all__ = [
     "ENTRY_BYTES",
@@ -41,6 +46,7 @@ __all__ = [
     "Known",
     "Written",
     "array_header",
+    "shallow_state",
     "split_array",
 ]
 
@@ -58,9 +64,10 @@ MIN_SHARED_BYTES = 64
 ENTRY_BYTES = 640
 # What a held object (reuse_items) costs beside its encoding: a decoded message takes ~1,340
 # bytes more than its msgpack bytes whatever its length (CPython 3.11, tracemalloc, 150
-# messages of 20 to 2,000 characters). Counted for every item, though the graph usually holds
-# the same objects: the bound is on what the cache alone may keep alive.
-ITEM_BYTES = 1400
+# messages of 20 to 2,000 characters), and its shallow_state ~10 references more. Counted for
+# every item, though the graph usually holds the same objects: the bound is on what the cache
+# alone may keep alive.
+ITEM_BYTES = 1500
 
 
 def split_array(data: bytes) -> tuple[int, int] | None:
@@ -75,6 +82,28 @@ def split_array(data: bytes) -> tuple[int, int] | None:
     if first == 0xDD and len(data) >= 5:
         return struct.unpack_from(">I", data, 1)[0], 5
     return None
+
+
+def shallow_state(items: list[Any]) -> list[Any]:
+    """Each item, then its attribute values (a dict's keys and values): compared item by item
+    with ``is``, it tells whether anything was assigned to a held item since. An attribute
+    added or removed changes the length; a dict's keys are kept, an object's are its class's."""
+    state: list[Any] = []
+    for item in items:
+        state.append(item)
+        if type(item) is dict:
+            state += item
+            state += item.values()
+            continue
+        fields = getattr(item, "__dict__", None)
+        if fields is not None:
+            state += fields.values()
+        # pydantic keeps attributes its model does not declare (extra="allow") apart
+        extra = getattr(item, "__pydantic_extra__", None)
+        if extra:
+            state += extra
+            state += extra.values()
+    return state
 
 
 def array_header(count: int) -> bytes:
@@ -97,8 +126,19 @@ class Known:
     chain_bytes: int
     snapshot_bytes: int
     # with reuse_items: the objects ``body`` encodes, item for item (a list of its own, so a
-    # caller changing the list it got back changes nothing here)
+    # caller changing the list it got back changes nothing here), and their shallow_state
     items: list[Any] | None = None
+    state: list[Any] | None = None
+
+    def holds(self, value: list[Any]) -> bool:
+        """Whether ``value`` starts with the held objects, none of them assigned to since."""
+        held, state = self.items, self.state
+        if held is None or state is None or len(value) < len(held):
+            return False
+        if not all(map(operator.is_, held, value)):
+            return False
+        now = shallow_state(held)
+        return len(now) == len(state) and all(map(operator.is_, state, now))
 
     def extend(self, data: bytes, count: int, header: int) -> bytes | None:
         """The tail that turns this value into ``data``, if the policy allows one."""
@@ -121,6 +161,12 @@ class Written:
 
     checkpoint_id: str
     fields: tuple[tuple[str, bytes], ...]
+    # what it counts against the cache's bound
+    size: int = 0
+
+    @classmethod
+    def of(cls, checkpoint_id: str, fields: tuple[tuple[str, bytes], ...]) -> Written:
+        return cls(checkpoint_id, fields, sum(len(raw) for _, raw in fields) + ENTRY_BYTES)
 
     def sharing(self, tail: bytes) -> tuple[str, int] | None:
         """(ref, offset) of a write whose field ends with exactly ``tail``, if any."""
@@ -132,24 +178,41 @@ class Written:
         return None
 
 
+@dataclass(frozen=True, slots=True)
+class _Group:
+    """What the cache holds for one (thread, namespace): its list values by channel, and the
+    writes of its latest checkpoint. Replaced, never changed, so its size stays what the LRU
+    counted."""
+
+    values: dict[str, Known]
+    written: Written | None = None
+    size: int = 0  # what it counts against the bound (_group)
+
+
+def _group(values: dict[str, Known], written: Written | None) -> _Group:
+    return _Group(values, written, sum(map(_cost, values.values())) + _size(written))
+
+
+_NO_GROUP = _Group({})
+_SIZE = operator.attrgetter("size")
+
+
 class DeltaCache:
     """Per (thread, namespace), the last list value seen stored for each channel: the base
     for the next append, and what reads can skip. LRU over (thread, namespace), bounded by
-    ``max_bytes`` counted as each entry's body plus ``ENTRY_BYTES``."""
+    ``max_bytes`` counted as each entry's body plus ``ENTRY_BYTES``; a (thread, namespace)
+    evicted takes its writes with it."""
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
-        self._groups: OrderedDict[tuple[str, str], dict[str, Known]] = OrderedDict()
-        self._bytes = 0
-        # per (thread, namespace), the writes of one checkpoint: bounded by the same LRU
-        self._written: dict[tuple[str, str], Written] = {}
+        self._groups: LRUCache[tuple[str, str], _Group] = LRUCache(max_bytes, _SIZE)
         # the sync saver is called from LangGraph's background threads
         self._lock = threading.Lock()
 
     @property
     def nbytes(self) -> int:
         """The bytes counted against ``max_bytes``."""
-        return self._bytes
+        return int(self._groups.currsize)
 
     def __len__(self) -> int:
         """How many (thread, namespace) pairs it holds values for."""
@@ -157,77 +220,76 @@ class DeltaCache:
 
     def get(self, key: tuple[str, str, str]) -> Known | None:
         with self._lock:
-            group = self._groups.get(key[:2])
-            if group is None:
-                return None
-            self._groups.move_to_end(key[:2])
-            return group.get(key[2])
+            return self._find(key[:2]).values.get(key[2])
 
     def held(self, thread_id: str, checkpoint_ns: str) -> dict[str, Known]:
         """Every channel value held for the thread and namespace (a copy)."""
         with self._lock:
-            return dict(self._groups.get((thread_id, checkpoint_ns), {}))
+            return dict(self._find((thread_id, checkpoint_ns)).values)
 
     def put(self, key: tuple[str, str, str], known: Known) -> None:
         if known.items is not None and _cost(known) > self.max_bytes:
-            known.items = None  # its bytes alone may still fit: appends need only them
+            # its bytes alone may still fit: appends need only them
+            known.items = known.state = None
         if _cost(known) > self.max_bytes:
             self.drop(key)
             return
         with self._lock:
-            group = self._groups.setdefault(key[:2], {})
-            self._groups.move_to_end(key[:2])
-            old = group.get(key[2])
-            group[key[2]] = known
-            self._bytes += _cost(known) - (_cost(old) if old else 0)
-            self._evict()
+            group = self._find(key[:2])
+            self._store(key[:2], _group({**group.values, key[2]: known}, group.written))
 
-    def _evict(self) -> None:
-        while self._bytes > self.max_bytes and self._groups:
-            scope, evicted = self._groups.popitem(last=False)
-            self._bytes -= sum(map(_cost, evicted.values()))
-            self._bytes -= _size(self._written.pop(scope, None))
+    def _find(self, scope: tuple[str, str]) -> _Group:
+        # one lookup (LRUCache.get asks `in` first): this is on every call's path
+        try:
+            return self._groups[scope]
+        except KeyError:
+            return _NO_GROUP
+
+    def _store(self, scope: tuple[str, str], group: _Group) -> None:
+        if not group.values and group.written is None:
+            self._groups.pop(scope, None)
+            return
+        try:
+            self._groups[scope] = group
+        except ValueError:  # larger than the whole bound: what it replaces goes too
+            self._groups.pop(scope, None)
 
     def wrote(
         self, scope: tuple[str, str], checkpoint_id: str, fields: list[tuple[str, bytes]]
     ) -> None:
         """Remember writes appended for ``checkpoint_id``; those of an older checkpoint go."""
         with self._lock:
-            old = self._written.get(scope)
+            group = self._find(scope)
+            old = group.written
             if old is not None and old.checkpoint_id == checkpoint_id:
                 fields = [*old.fields, *fields]
-            new = Written(checkpoint_id, tuple(fields))
-            if _size(new) > self.max_bytes // 4:
-                self._bytes -= _size(self._written.pop(scope, None))
-                return
-            self._groups.setdefault(scope, {})
-            self._groups.move_to_end(scope)
-            self._written[scope] = new
-            self._bytes += _size(new) - _size(old)
-            self._evict()
+            new = Written.of(checkpoint_id, tuple(fields))
+            self._store(
+                scope, _group(group.values, new if new.size <= self.max_bytes // 4 else None)
+            )
 
     def written(self, scope: tuple[str, str], checkpoint_id: str | None) -> Written | None:
         with self._lock:
-            found = self._written.get(scope)
+            found = self._find(scope).written
             return found if found is not None and found.checkpoint_id == checkpoint_id else None
 
     def drop_thread(self, thread_id: str) -> None:
         """Forget every value held for the thread, in every namespace."""
         with self._lock:
-            for group in [g for g in self._groups if g[0] == thread_id]:
-                self._bytes -= sum(map(_cost, self._groups.pop(group).values()))
-                self._bytes -= _size(self._written.pop(group, None))
+            for scope in [s for s in self._groups if s[0] == thread_id]:
+                del self._groups[scope]
 
     def drop(self, key: tuple[str, str, str]) -> None:
         with self._lock:
             group = self._groups.get(key[:2])
-            old = group.pop(key[2], None) if group is not None else None
-            if old is not None:
-                self._bytes -= _cost(old)
-            if group is not None and not group:
+            if group is None or key[2] not in group.values:
+                return
+            values = {channel: v for channel, v in group.values.items() if channel != key[2]}
+            if values:
+                self._store(key[:2], _group(values, group.written))
+            else:
                 # an empty group would only keep its writes: eviction goes by groups
                 del self._groups[key[:2]]
-                self._bytes -= _size(self._written.pop(key[:2], None))
 
 
 def _cost(known: Known) -> int:
@@ -235,6 +297,4 @@ def _cost(known: Known) -> int:
 
 
 def _size(written: Written | None) -> int:
-    if written is None:
-        return 0
-    return sum(len(raw) for _, raw in written.fields) + ENTRY_BYTES
+    return written.size if written is not None else 0
