@@ -20,6 +20,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from sse_starlette import EventSourceResponse
 from starlette.applications import Starlette
+from starlette.convertors import Convertor, register_url_convertor
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -31,7 +32,6 @@ from starlette.types import ASGIApp
 from .._base import DEFAULT_PREFIX
 from .._errors import InvalidInputError, StreamSaverError
 from ..aio import AsyncRedisStreamSaver
-from ..audit import _Lenient
 from ..events import ThreadInfo
 from . import _views
 from ._auth import TokenGate
@@ -42,6 +42,22 @@ HERE = Path(__file__).parent
 PAGE = 50
 LATEST = 8  # events read per row: enough to find the node behind the last checkpoint
 RUNNING_MS = 10_000
+
+
+class _ThreadId(Convertor[str]):
+    """A thread id in a path: any characters, newlines and slashes included (Starlette's
+    ``path`` stops at a newline); the suffix routes are tried first."""
+
+    regex = r"[\s\S]+?"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("streamsaver_thread", _ThreadId())
 
 
 class Console:
@@ -67,7 +83,7 @@ class Console:
             key = self.key.encode() if isinstance(self.key, str) else self.key
             base = EncryptedSerializer.from_pycryptodome_aes(key=key)
         self.serde = base or self.serde
-        return _Lenient(self.serde)
+        return _views.Sealing(self.serde)
 
     async def saver(self) -> AsyncRedisStreamSaver:
         async with self._lock:
@@ -205,13 +221,15 @@ class _Routes:
             Route("/live", self.live_page),
             Route("/events", self.events),
             Route("/threads/search", self.search, methods=["POST"]),
-            Route("/threads/{thread_id:path}/state/{checkpoint_id}", self.state),
-            Route("/threads/{thread_id:path}/state", self.state),
-            Route("/threads/{thread_id:path}/history", self.history, methods=["POST"]),
-            Route("/threads/{thread_id:path}/events", self.thread_events),
-            Route("/threads/{thread_id:path}/audit", self.audit),
-            Route("/threads/{thread_id:path}/verify", self.verify),
-            Route("/threads/{thread_id:path}", self.thread),
+            Route("/threads/{thread_id:streamsaver_thread}/state/{checkpoint_id}", self.state),
+            Route("/threads/{thread_id:streamsaver_thread}/state", self.state),
+            Route(
+                "/threads/{thread_id:streamsaver_thread}/history", self.history, methods=["POST"]
+            ),
+            Route("/threads/{thread_id:streamsaver_thread}/events", self.thread_events),
+            Route("/threads/{thread_id:streamsaver_thread}/audit", self.audit),
+            Route("/threads/{thread_id:streamsaver_thread}/verify", self.verify),
+            Route("/threads/{thread_id:streamsaver_thread}", self.thread),
             Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
         ]
 
@@ -332,7 +350,7 @@ class _Routes:
                 "metadata": state["metadata"],
                 "status": _views.PROTOCOL_STATUS[status],
                 "values": state["values"],
-                "interrupts": {i["task_id"]: [i["value"]] for i in state["interrupts"]},
+                "interrupts": {i["task_id"]: i["value"] for i in state["interrupts"]},
                 "last_node": _views.last_node(latest),
                 "checkpoint": state["checkpoint"],
             }

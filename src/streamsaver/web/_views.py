@@ -9,6 +9,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from langgraph.checkpoint.base import CheckpointTuple
+from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from .._render import jsonable
 from ..events import SkippedEvent, ThreadDeletion, ThreadEvent, ThreadInfo, Undecoded
@@ -71,17 +72,44 @@ def deleted_row(thread_id: str, deletions: Sequence[ThreadDeletion]) -> dict[str
     }
 
 
+class Sealed(dict[str, Any]):
+    """What the console's serde gives for a value it cannot decode (ciphertext without the
+    key): a dict, because the saver fills the decoded checkpoint record in by key, that
+    says what it stands for."""
+
+    def __init__(self, type_: str, size: int, error: str) -> None:
+        super().__init__()
+        self.undecoded = Undecoded(type=type_, size=size, error=error)
+
+
+class Sealing(SerializerProtocol):
+    def __init__(self, serde: SerializerProtocol) -> None:
+        self.serde = serde
+
+    def dumps_typed(self, obj: Any) -> tuple[str, bytes]:
+        return self.serde.dumps_typed(obj)
+
+    def loads_typed(self, data: tuple[str, bytes]) -> Any:
+        try:
+            return self.serde.loads_typed(data)
+        except Exception as exc:  # any user serde: the page shows what it could not read
+            return Sealed(data[0], len(data[1]), type(exc).__name__)
+
+
+def _unsealed(value: Any) -> Any:
+    if isinstance(value, (Sealed, Undecoded)):
+        found = value.undecoded if isinstance(value, Sealed) else value
+        return {"__undecoded__": found.type, "bytes": found.size, "error": found.error}
+    if isinstance(value, dict):
+        return {k: _unsealed(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_unsealed(v) for v in value]
+    return value
+
+
 def plain(value: Any) -> Any:
     """A decoded value as JSON can hold it; ciphertext without the key says only what it is."""
-    if isinstance(value, Undecoded):
-        return {"__undecoded__": value.type, "bytes": value.size, "error": value.error}
-    return json.loads(json.dumps(value, default=_default, ensure_ascii=False))
-
-
-def _default(value: object) -> object:
-    if isinstance(value, Undecoded):
-        return plain(value)
-    return jsonable(value)
+    return json.loads(json.dumps(_unsealed(value), default=jsonable, ensure_ascii=False))
 
 
 def shown(value: Any) -> str:
@@ -187,7 +215,7 @@ def state_view(found: CheckpointTuple, parent: CheckpointTuple | None) -> dict[s
             "checkpoint_id": conf["checkpoint_id"],
         },
         "metadata": plain(found.metadata),
-        "created_at": checkpoint["ts"],
+        "created_at": checkpoint.get("ts"),
         "parent_checkpoint": (
             None
             if parent_conf is None
