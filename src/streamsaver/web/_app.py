@@ -35,7 +35,8 @@ from ..aio import AsyncRedisStreamSaver
 from ..events import ThreadInfo
 from . import _views
 from ._auth import TokenGate
-from ._sse import feed_after, feed_stream, thread_after, thread_stream
+from ._hub import FeedHub, feed_stream
+from ._sse import feed_after, thread_after, thread_stream
 
 TOKEN_ENV = "STREAMSAVER_TOKEN"
 HERE = Path(__file__).parent
@@ -75,6 +76,7 @@ class Console:
         self.serde: SerializerProtocol = JsonPlusSerializer()  # what the writers used
         self._lock = asyncio.Lock()
         self._stack = AsyncExitStack()
+        self.hub: FeedHub | None = None
 
     def _serde(self, base: SerializerProtocol | None) -> SerializerProtocol:
         if self.key is not None:
@@ -103,9 +105,12 @@ class Console:
                             allow_eviction=True,
                         )
                     )
+                self.hub = FeedHub(self._saver)
             return self._saver
 
     async def close(self) -> None:
+        if self.hub is not None:
+            await self.hub.close()
         await self._stack.aclose()
         self._saver = None
 
@@ -401,7 +406,8 @@ class _Routes:
     async def events(self, request: Request) -> Response:
         saver = await self.console.saver()
         after = feed_after(_resume(request, "$"), saver.prefix)
-        return EventSourceResponse(feed_stream(saver, after), ping=10)
+        assert self.console.hub is not None
+        return EventSourceResponse(feed_stream(saver, self.console.hub, after), ping=10)
 
     async def audit(self, request: Request) -> Response:
         thread_id = request.path_params["thread_id"]

@@ -1,6 +1,7 @@
-"""Server-Sent Events of a thread's log and of every thread's, each event's SSE id the
-position to resume after: a reconnect with ``Last-Event-ID`` misses nothing and repeats
-nothing, even against another server process, since the position lives in Redis ids."""
+"""Server-Sent Events: each event's SSE id is the position to resume after (a thread's event
+id; for every thread's events, ``_hub.cursor_id``), so a reconnect with ``Last-Event-ID``
+misses nothing and repeats nothing, even against another server process: the position is
+made of Redis stream ids."""
 
 from __future__ import annotations
 
@@ -29,15 +30,8 @@ def thread_after(value: str) -> str:
     return value
 
 
-def cursor_id(cursor: FeedCursor) -> str:
-    """A ``tail_all`` cursor as an SSE id: ``c<slot>:<feed id>.<slot>:<feed id>...``, one
-    position per slot that holds threads (the JSON form would not survive an SSE id line's
-    limits as well, and this one has no characters an id may not hold)."""
-    return "c" + ".".join(f"{slot}:{pos}" for slot, pos in sorted(cursor.positions.items()))
-
-
 def feed_after(value: str, prefix: str) -> str | FeedCursor:
-    """``$``, ``0`` or an SSE id made by ``cursor_id``."""
+    """``$``, ``0`` or an SSE id made by ``_hub.cursor_id``."""
     if value in ("$", "0"):
         return value
     if not _CURSOR.match(value):
@@ -61,16 +55,5 @@ async def thread_stream(
     try:
         async for event in tail:
             yield _message(event, event.id)
-    finally:
-        await tail.aclose()
-
-
-async def feed_stream(
-    saver: AsyncRedisStreamSaver, after: str | FeedCursor
-) -> AsyncIterator[dict[str, Any]]:
-    tail = saver.atail_all(after=after)
-    try:
-        async for event in tail:
-            yield _message(event, cursor_id(tail.cursor))
     finally:
         await tail.aclose()
