@@ -113,6 +113,7 @@ async def test_thread_in_the_agent_protocol_shape(filled: AsyncRedisStreamSaver)
         assert thread["status"] == "interrupted"
         assert thread["values"]["items"] == ["plan 0"]
         assert thread["metadata"]["team"] == "b"
+        assert thread["last_node"] == "act"
         assert [v[0]["value"] for v in thread["interrupts"].values()] == ["approve?"]
         assert thread["created_at"] <= thread["updated_at"]
         missing = await h.get("/threads/nope")

@@ -356,7 +356,7 @@ class _Routes:
                 "status": _views.PROTOCOL_STATUS[status],
                 "values": state["values"],
                 "interrupts": {i["task_id"]: i["value"] for i in state["interrupts"]},
-                "last_node": _views.last_node(latest),
+                "last_node": _views.last_node(latest, state["checkpoint"]["checkpoint_id"]),
                 "checkpoint": state["checkpoint"],
             }
         )

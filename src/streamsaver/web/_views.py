@@ -35,11 +35,27 @@ def status_of(info: ThreadInfo, now_ms: int, running_ms: int) -> str:
     return "running" if now_ms - info.last_activity_ms <= running_ms else "idle"
 
 
-def last_node(events: Sequence[ThreadEvent | SkippedEvent]) -> str | None:
-    for event in events:  # newest first
-        if isinstance(event, ThreadEvent) and event.node:
-            return event.node
-    return None
+def last_node(
+    events: Sequence[ThreadEvent | SkippedEvent], checkpoint_id: str | None
+) -> str | None:
+    """The node that ran last: one with writes on the latest checkpoint (running, or waiting
+    on an interrupt), else one whose writes made it (on its parent). Not simply the newest
+    writes in the log: LangGraph's async durability saves a step's writes and checkpoints
+    in any order."""
+    known = [e for e in events if isinstance(e, ThreadEvent)]  # newest first
+    parent = next(
+        (
+            e.parent_checkpoint_id
+            for e in known
+            if e.kind == "checkpoint" and e.checkpoint_id == checkpoint_id
+        ),
+        None,
+    )
+    for wanted in (checkpoint_id, parent):
+        for event in known:
+            if event.kind == "writes" and event.node and event.checkpoint_id == wanted and wanted:
+                return event.node
+    return next((e.node for e in known if e.kind == "writes" and e.node), None)
 
 
 def thread_row(
@@ -53,7 +69,7 @@ def thread_row(
         "updated_at": iso(info.last_activity_ms),
         "checkpoint_id": info.checkpoint_id,
         "step": info.step,
-        "last_node": last_node(events),
+        "last_node": last_node(events, info.checkpoint_id),
         "interrupted": info.interrupted,
     }
 
