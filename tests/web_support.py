@@ -23,13 +23,16 @@ class State(TypedDict):
     note: str
 
 
-def build(checkpointer: Any, *, ask: bool = False) -> Any:
-    """``plan`` then ``act``; with ``ask``, ``act`` waits on an interrupt."""
+def build(checkpointer: Any, *, ask: bool = False, delay: float = 0) -> Any:
+    """``plan`` then ``act``; with ``ask``, ``act`` waits on an interrupt; each node takes
+    ``delay`` seconds (for a browser to watch it run)."""
 
     def plan(state: State) -> dict[str, Any]:
+        time.sleep(delay)
         return {"items": [f"plan {len(state['items'])}"]}
 
     def act(state: State) -> dict[str, Any]:
+        time.sleep(delay)
         answer = interrupt("approve?") if ask else "auto"
         return {"items": [f"act {answer}"], "note": str(answer)}
 

@@ -122,6 +122,7 @@ def _environment() -> Environment:
     )
     env.filters["q"] = lambda value: quote(str(value), safe="")
     env.filters["shown"] = _views.shown
+    env.filters["when"] = _views.when
     return env
 
 

@@ -27,6 +27,11 @@ def iso(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).isoformat()
 
 
+def when(value: str | None) -> str:
+    """An ISO time as a page shows it: UTC to the millisecond, ``2026-01-02 03:04:05.678``."""
+    return "" if not value else value.replace("T", " ")[:23]
+
+
 def status_of(info: ThreadInfo, now_ms: int, running_ms: int) -> str:
     """No process reports that a run ended, so a thread that wrote within ``running_ms`` is
     taken as running; an interrupt's pending writes win, since the run is waiting on them."""

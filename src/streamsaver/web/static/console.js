@@ -11,6 +11,9 @@
     return source;
   }
 
+  // as the server renders times: UTC to the millisecond
+  const when = (iso) => (iso || "").replace("T", " ").slice(0, 23);
+
   function cell(row, text, cls) {
     const td = document.createElement("td");
     td.textContent = text == null ? "" : String(text);
@@ -53,7 +56,7 @@
       const row = document.createElement("tr");
       row.dataset.id = e.id;
       row.className = "kind-" + e.kind + (e.checkpoint_ns ? " subgraph" : "") + (e.interrupt ? " interrupt" : "") + " new";
-      cell(row, e.time, "time");
+      cell(row, when(e.time), "time");
       const kind = cell(row, e.kind === "checkpoint" ? "" : e.kind);
       if (e.kind === "checkpoint") kind.appendChild(checkpointLink(e));
       cell(row, "");
@@ -90,7 +93,7 @@
         row.dataset.thread = e.thread_id;
         row.dataset.node = e.node || "";
         row.dataset.kind = e.kind;
-        cell(row, e.time, "time");
+        cell(row, when(e.time), "time");
         const t = cell(row, "");
         const a = document.createElement("a");
         a.href = base + "/thread?thread_id=" + encodeURIComponent(e.thread_id);
