@@ -63,7 +63,10 @@ class _Lenient(SerializerProtocol):
         try:
             return self.serde.loads_typed(data)
         except Exception as exc:  # any user serde; the raw bytes stay in the log and export
-            return Undecoded(type=data[0], size=len(data[1]), error=type(exc).__name__)
+            return self.unreadable(data, exc)
+
+    def unreadable(self, data: tuple[str, bytes], exc: Exception) -> Any:
+        return Undecoded(type=data[0], size=len(data[1]), error=type(exc).__name__)
 
 
 class Timeline:

@@ -9,9 +9,9 @@ from datetime import datetime, timezone
 from typing import Any
 
 from langgraph.checkpoint.base import CheckpointTuple
-from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from .._render import jsonable
+from ..audit import _Lenient
 from ..events import SkippedEvent, ThreadDeletion, ThreadEvent, ThreadInfo, Undecoded
 
 # The console's statuses, and the Agent Protocol's name for each in the JSON API.
@@ -103,18 +103,11 @@ class Sealed(dict[str, Any]):
         self.undecoded = Undecoded(type=type_, size=size, error=error)
 
 
-class Sealing(SerializerProtocol):
-    def __init__(self, serde: SerializerProtocol) -> None:
-        self.serde = serde
+class Sealing(_Lenient):
+    """The saver's serde, giving ``Sealed`` for what it cannot decode."""
 
-    def dumps_typed(self, obj: Any) -> tuple[str, bytes]:
-        return self.serde.dumps_typed(obj)
-
-    def loads_typed(self, data: tuple[str, bytes]) -> Any:
-        try:
-            return self.serde.loads_typed(data)
-        except Exception as exc:  # any user serde: the page shows what it could not read
-            return Sealed(data[0], len(data[1]), type(exc).__name__)
+    def unreadable(self, data: tuple[str, bytes], exc: Exception) -> Any:
+        return Sealed(data[0], len(data[1]), type(exc).__name__)
 
 
 def _unsealed(value: Any) -> Any:
