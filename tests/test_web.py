@@ -307,3 +307,34 @@ async def test_latest_events_one_round_trip_for_a_page(filled: AsyncRedisStreamS
     assert found["none"] == []
     with pytest.raises(InvalidInputError, match="count"):
         await filled.alatest_events(["done"], count=0)
+
+
+def test_latest_events_sync_twin(sync_saver: RedisStreamSaver) -> None:
+    build(sync_saver).invoke(START, conf("s"))
+    newest = sync_saver.latest_events(["s"], count=3)["s"]
+    assert [e.id for e in newest] == [e.id for e in reversed(list(sync_saver.history("s")))][:3]
+
+
+async def test_subgraph_namespaces_are_grouped(async_saver: AsyncRedisStreamSaver) -> None:
+    from langgraph.graph import START as FIRST
+    from langgraph.graph import StateGraph
+
+    from tests.web_support import State
+
+    inner = build(None)
+    outer = StateGraph(State)
+    outer.add_node("inner", inner)
+    outer.add_edge(FIRST, "inner")
+    await outer.compile(checkpointer=async_saver).ainvoke(START, conf("nested"))
+    namespaces = {e.checkpoint_ns async for e in async_saver.ahistory("nested")}
+    (sub,) = namespaces - {""}
+    async with client(create_app(async_saver)) as h:
+        page = (await h.get("/thread", params={"thread_id": "nested"})).text
+    assert f'<span class="ns">{sub}</span>' in page and '<span class="ns">(root)</span>' in page
+    inner_checkpoints = [
+        e
+        async for e in async_saver.ahistory("nested")
+        if e.kind == "checkpoint" and e.checkpoint_ns == sub
+    ]
+    assert inner_checkpoints
+    assert page.count('class="kind-checkpoint subgraph"') == len(inner_checkpoints)
