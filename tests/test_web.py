@@ -4,7 +4,9 @@ tests/test_web_browser.py."""
 
 from __future__ import annotations
 
+import html
 import json
+import re
 from typing import Any
 from urllib.parse import quote
 
@@ -19,7 +21,7 @@ from starlette.routing import Mount
 
 from streamsaver import AsyncRedisStreamSaver, InvalidInputError, RedisStreamSaver
 from streamsaver.audit import read_export
-from streamsaver.web import create_app
+from streamsaver.web import create_app, serve
 from tests.web_support import build
 
 HOSTILE = "<script>alert('x')</script>\"&amp;ü😀/\n;"
@@ -338,3 +340,22 @@ async def test_subgraph_namespaces_are_grouped(async_saver: AsyncRedisStreamSave
     ]
     assert inner_checkpoints
     assert page.count('class="kind-checkpoint subgraph"') == len(inner_checkpoints)
+
+
+async def test_threads_page_pages_with_a_cursor(async_saver: AsyncRedisStreamSaver) -> None:
+    graph = build(async_saver)
+    for thread_id in ("p1", "p2", "p3"):
+        await graph.ainvoke(START, conf(thread_id))
+    async with client(create_app(async_saver)) as h:
+        first = (await h.get("/", params={"limit": 2})).text
+        assert "thread_id=p3" in first and "thread_id=p2" in first and "thread_id=p1" not in first
+        (link,) = re.findall(r'id="next" href="/([^"]*)"', first)
+        second = (await h.get("/" + html.unescape(link) + "&limit=2")).text
+        assert "thread_id=p1" in second and "thread_id=p2" not in second
+        assert 'id="next"' not in second
+
+
+def test_serve_needs_a_redis(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("REDIS_URL", raising=False)
+    with pytest.raises(InvalidInputError, match="REDIS_URL"):
+        serve(None)

@@ -93,7 +93,10 @@ class Console:
                 if isinstance(self.source, AsyncRedisStreamSaver):
                     given = self.source
                     self._saver = AsyncRedisStreamSaver(
-                        given.client, prefix=given.prefix, serde=self._serde(given.serde)
+                        given.client,
+                        prefix=given.prefix,
+                        serde=self._serde(given.serde),
+                        allow_eviction=True,  # it only reads (as for a URL, below)
                     )
                 else:
                     self._saver = await self._stack.enter_async_context(
