@@ -99,7 +99,8 @@ class FeedHub:
         oldest = self.entries[0].seq if self.entries else self.next_seq
         if seq < oldest:
             raise Behind
-        return list(self.entries)[seq - oldest :]
+        # from the right: a client that keeps up wants the last few of thousands
+        return [self.entries[-i] for i in range(self.next_seq - seq, 0, -1)]
 
 
 def cursor_id(positions: dict[int, str]) -> str:
