@@ -7,6 +7,7 @@ import asyncio
 import io
 import json
 import os
+import sys
 import time
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
@@ -559,4 +560,6 @@ def serve(
         prefix=prefix,
         key=os.environ.get("LANGGRAPH_AES_KEY") or None,
     )
+    # uvicorn at "warning" prints nothing on start: say where to look
+    print(f"streamsaver console on http://{host}:{port}/ (Ctrl+C stops it)", file=sys.stderr)
     uvicorn.run(app, host=host, port=port, log_level="warning")
