@@ -4,6 +4,7 @@ event streams. Every read goes through an ``AsyncRedisStreamSaver``'s public met
 from __future__ import annotations
 
 import asyncio
+import inspect
 import io
 import json
 import os
@@ -266,7 +267,7 @@ class _Routes:
         kept: list[ThreadInfo] = []
         cursor = after
         while len(kept) < offset + limit + 1:
-            batch = await saver.athreads(limit=200, after=cursor)
+            batch = await _threads(saver, 200, cursor)
             for info in batch:
                 if wanted is not None and info.thread_id not in wanted:
                     continue
@@ -500,6 +501,17 @@ class _Routes:
 
     async def live_page(self, request: Request) -> Response:
         return self._page(request, "live.html")
+
+
+async def _threads(
+    saver: AsyncRedisStreamSaver, limit: int, after: ThreadInfo | None
+) -> list[ThreadInfo]:
+    """A page of ``athreads``: a coroutine of a list before the cli branch's change, an async
+    iterator after it (both are in flight this session; keep the iterator form once merged)."""
+    found: Any = saver.athreads(limit=limit, after=after)
+    if inspect.isawaitable(found):
+        return list(await found)
+    return [info async for info in found]
 
 
 def _required(request: Request, name: str) -> str:
