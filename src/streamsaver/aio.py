@@ -483,6 +483,11 @@ class AsyncRedisStreamSaver(StreamSaverBase):
     async def averify_chain(self, thread_id: str) -> ChainCheck:
         return await self._run(audit.verify_chain(self._ops, thread_id))
 
+    async def alatest_events(
+        self, thread_ids: Sequence[str], *, count: int = 1
+    ) -> dict[str, builtins.list[ThreadEvent | SkippedEvent]]:
+        return await self._run(audit.latest(self._ops, thread_ids, self.serde, count))
+
     async def adeletions(self, thread_id: str) -> builtins.list[ThreadDeletion]:
         return await self._run(audit.deletions(self._ops, thread_id))
 

@@ -23,9 +23,9 @@ from ._codec import Codec
 from ._config import thread_id_str
 from ._delta import array_header
 from ._errors import InvalidInputError
-from ._ops import Entry, Flow, Items, Operations, consume, map_items
+from ._ops import Call, Each, Entry, Flow, Items, Operations, consume, map_items
 from ._render import jsonable
-from ._tail import decode_event
+from ._tail import decode_event, entries
 from .events import SkippedEvent, ThreadDeletion, ThreadEvent, Undecoded
 
 __all__ = [
@@ -36,6 +36,7 @@ __all__ = [
     "ExportCheck",
     "ExportWriter",
     "Timeline",
+    "latest",
     "read_export",
     "verify_export",
 ]
@@ -62,7 +63,10 @@ class _Lenient(SerializerProtocol):
         try:
             return self.serde.loads_typed(data)
         except Exception as exc:  # any user serde; the raw bytes stay in the log and export
-            return Undecoded(type=data[0], size=len(data[1]), error=type(exc).__name__)
+            return self.unreadable(data, exc)
+
+    def unreadable(self, data: tuple[str, bytes], exc: Exception) -> Any:
+        return Undecoded(type=data[0], size=len(data[1]), error=type(exc).__name__)
 
 
 class Timeline:
@@ -140,6 +144,27 @@ def history(
     timeline = Timeline(serde, values=values)
     log = ops.keys(thread_id_str(thread_id, "thread_id")).log
     return map_items(ops.log_entries(thread_id), lambda e: timeline.event(log, *e))
+
+
+def latest(
+    ops: Operations, thread_ids: Iterable[str], serde: SerializerProtocol, count: int
+) -> Flow[dict[str, list[ThreadEvent | SkippedEvent]]]:
+    """Each thread's last ``count`` events, newest first: one pipelined round trip for a page
+    of threads (the console's last node and activity), however long their logs are."""
+    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+        raise InvalidInputError(f"count must be a positive integer, got {count!r}")
+    ids = [thread_id_str(t, "thread_id") for t in thread_ids]
+    logs = [ops.keys(t).log for t in ids]
+    replies = yield Each(tuple(Call(("XREVRANGE", log, "+", "-", "COUNT", count)) for log in logs))
+    codec = Timeline(serde).codec
+    found: dict[str, list[ThreadEvent | SkippedEvent]] = {}
+    for thread_id, log, reply in zip(ids, logs, replies, strict=True):
+        if isinstance(reply, Exception):
+            raise reply
+        found[thread_id] = [
+            decode_event(codec, log, entry_id, fields or {}) for entry_id, fields in entries(reply)
+        ]
+    return found
 
 
 def verify_chain(ops: Operations, thread_id: str) -> Flow[ChainCheck]:

@@ -490,6 +490,12 @@ class RedisStreamSaver(StreamSaverBase):
         do not resolve (as ``verify`` names them); ``.head`` is the last digest."""
         return self._run(audit.verify_chain(self._ops, thread_id))
 
+    def latest_events(
+        self, thread_ids: Sequence[str], *, count: int = 1
+    ) -> dict[str, builtins.list[ThreadEvent | SkippedEvent]]:
+        """Each thread's last ``count`` events, newest first, in one round trip per node."""
+        return self._run(audit.latest(self._ops, thread_ids, self.serde, count))
+
     def deletions(self, thread_id: str) -> builtins.list[ThreadDeletion]:
         """What ``delete_thread`` recorded each time this thread was deleted, oldest first."""
         return self._run(audit.deletions(self._ops, thread_id))

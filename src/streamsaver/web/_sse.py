@@ -1,0 +1,59 @@
+"""Server-Sent Events: each event's SSE id is the position to resume after (a thread's event
+id; for every thread's events, ``_hub.cursor_id``), so a reconnect with ``Last-Event-ID``
+misses nothing and repeats nothing, even against another server process: the position is
+made of Redis stream ids."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import AsyncIterator
+from typing import Any
+
+from .._errors import InvalidInputError
+from ..aio import AsyncRedisStreamSaver
+from ..events import FeedCursor, ThreadEvent
+from ._views import event_view
+
+_ID = r"\d{1,20}-\d{1,20}"
+_THREAD_AFTER = re.compile(rf"^(\$|0|{_ID})$")
+_CURSOR = re.compile(rf"^c(\d{{1,5}}:{_ID}(\.\d{{1,5}}:{_ID})*)?$")
+
+
+def thread_after(value: str) -> str:
+    """A thread stream's start: ``$`` (new events), ``0`` (all) or an event id."""
+    if not _THREAD_AFTER.match(value):
+        raise InvalidInputError(
+            f"after / Last-Event-ID must be '$', '0' or an event id like '1700000000000-0', "
+            f"got {value[:100]!r}"
+        )
+    return value
+
+
+def feed_after(value: str, prefix: str) -> str | FeedCursor:
+    """``$``, ``0`` or an SSE id made by ``_hub.cursor_id``."""
+    if value in ("$", "0"):
+        return value
+    if not _CURSOR.match(value):
+        raise InvalidInputError(
+            f"after / Last-Event-ID of /events must be '$', '0' or an id this server sent "
+            f"(c<slot>:<id>...), got {value[:100]!r}"
+        )
+    pairs = (p.split(":", 1) for p in value[1:].split(".") if p)
+    return FeedCursor(prefix=prefix, positions={int(s): pos for s, pos in pairs})
+
+
+def _message(event: ThreadEvent, event_id: str) -> dict[str, Any]:
+    # json.dumps escapes control characters, so no user string can end the SSE field early
+    return {"id": event_id, "event": event.kind, "data": json.dumps(event_view(event))}
+
+
+async def thread_stream(
+    saver: AsyncRedisStreamSaver, thread_id: str, after: str
+) -> AsyncIterator[dict[str, Any]]:
+    tail = saver.atail(thread_id, after=after)
+    try:
+        async for event in tail:
+            yield _message(event, event.id)
+    finally:
+        await tail.aclose()
