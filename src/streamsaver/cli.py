@@ -197,7 +197,7 @@ def serve(
     url: Url = None,
     prefix: Prefix = DEFAULT_PREFIX,
     host: Annotated[str, typer.Option(help="the address to listen on")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="the port to listen on")] = 8000,
+    port: Annotated[int, typer.Option(help="the port to listen on")] = 8765,
     token: Annotated[
         str | None,
         typer.Option(

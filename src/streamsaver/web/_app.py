@@ -4,7 +4,6 @@ event streams. Every read goes through an ``AsyncRedisStreamSaver``'s public met
 from __future__ import annotations
 
 import asyncio
-import inspect
 import io
 import json
 import os
@@ -506,12 +505,8 @@ class _Routes:
 async def _threads(
     saver: AsyncRedisStreamSaver, limit: int, after: ThreadInfo | None
 ) -> list[ThreadInfo]:
-    """A page of ``athreads``: a coroutine of a list before the cli branch's change, an async
-    iterator after it (both are in flight this session; keep the iterator form once merged)."""
-    found: Any = saver.athreads(limit=limit, after=after)
-    if inspect.isawaitable(found):
-        return list(await found)
-    return [info async for info in found]
+    """A page of ``athreads`` as a list."""
+    return [info async for info in saver.athreads(limit=limit, after=after)]
 
 
 def _required(request: Request, name: str) -> str:
