@@ -123,14 +123,14 @@ TailFlow = Generator[TailOp | Deliver, Any, None]
 Step = Generator[TailOp, Any, Any]
 Report = Callable[[SkippedEvent], None]
 
-_SCRIPTS = ("group_claim", "group_leave")
+SCRIPTS = ("group_claim", "group_leave")
 _ID = re.compile(r"\d+-\d+")
 _KINDS = ("checkpoint", "writes", "delete", "pruned", "thread_deleted")
 
 
 @cache
 def script_source(name: str) -> str:
-    if name not in _SCRIPTS:
+    if name not in SCRIPTS:
         raise KeyError(name)
     return (files("streamsaver") / "lua" / f"{name}.lua").read_text(encoding="utf-8")
 

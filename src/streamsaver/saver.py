@@ -24,7 +24,6 @@ from redis.exceptions import (
     AskError,
     ClusterError,
     MovedError,
-    NoScriptError,
     ResponseError,
     TryAgainError,
 )
@@ -38,24 +37,16 @@ from ._base import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     DEFAULT_PREFIX,
     DEFAULT_RETRIES,
-    LoadScripts,
-    Pipeline,
     StreamSaverBase,
     check_client,
     client_options,
     config_readable,
-    each_rounds,
-    key_of,
-    needs_read_only,
     page_limit,
-    pipelined,
     probe_options,
-    script_command,
-    what,
 )
 from ._chain import ChainCheck
 from ._durability import DurabilityMode
-from ._errors import InvalidInputError, connect_error, translate, unavailable
+from ._errors import InvalidInputError, connect_error, unavailable
 from ._history import delta_channel_history
 from ._migrate import Migrated, migrate_keys, reindex_threads
 from ._moves import DEFAULT_SLOT_MOVE_TIMEOUT_S, Moves, is_demoted, is_moving, scan_plan
@@ -71,6 +62,7 @@ from ._tail import (
     Report,
     ThreadTail,
 )
+from ._transport import Command, key_of, only, raise_translated, rounds, run, what
 from .events import FeedCursor, ProjectorLag, SkippedEvent, ThreadDeletion, ThreadEvent, ThreadInfo
 from .tailing import ConsumerGroup, Tail, TailAll, default_consumer_name
 
@@ -132,9 +124,9 @@ class RedisStreamSaver(StreamSaverBase):
         )
         self.client = client
         self._ops.read_config = config_readable(client)
+        # redis-py's Script objects, for a caller that pipelines scripts itself (a benchmark's
+        # bulk fill); the saver sends through _transport's Scripts
         self._scripts = {name: client.register_script(src) for name, src in SOURCES.items()}
-        # set at the first NOPERM of a read-only script: the user may only read (_base.py)
-        self._read_only = False
         self._projections.cluster = isinstance(client, RedisCluster)
         self.server_version: tuple[int, ...] | None = None
 
@@ -221,24 +213,36 @@ class RedisStreamSaver(StreamSaverBase):
         while True:
             try:
                 if isinstance(op, Each):
-                    return self._execute_each(op, moves)
-                write = not isinstance(op, ScanLogs) and op.write
-                wait = self.durability.command() if write else None
+                    return self._rounds(op.ops, moves)
+                if isinstance(op, ScanLogs):
+                    return self._scan_logs(op, moves)
+                wait = self.durability.command() if op.write else None
                 if wait is not None:
-                    return self._execute_durably(op, wait, moves)  # type: ignore[arg-type]
-                if isinstance(op, Eval):
-                    return self._eval(op)
-                if isinstance(op, Call):
-                    return self.client.execute_command(*op.args)  # type: ignore[no-untyped-call]
-                return self._scan_logs(op, moves)
+                    return self._execute_durably(op, wait, moves)
+                return only(self._rounds((op,), moves))
             except (ResponseError, ClusterError) as exc:
-                if isinstance(exc, ResponseError) and not is_moving(exc):
-                    raise translate(exc) from exc
                 if not is_moving(exc):
-                    raise
+                    raise_translated(exc)
                 time.sleep(moves.wait(exc, key_of(op)))
             except (RedisConnectionError, RedisTimeoutError) as exc:
                 raise unavailable(exc) from exc
+
+    def _rounds(self, ops: Sequence[Eval | Call], moves: Moves) -> builtins.list[Any]:
+        client: Any = self.client
+        flow = rounds(ops, self._seam, moves)
+        return run(flow, self._send, client.script_load, time.sleep)
+
+    def _send(self, commands: Sequence[Command]) -> builtins.list[Any]:
+        if len(commands) == 1:
+            # one command skips the pipeline object: the common case of a graph's calls
+            try:
+                return [self.client.execute_command(*commands[0])]  # type: ignore[no-untyped-call]
+            except (ResponseError, ClusterError) as exc:
+                return [exc]
+        pipe = self.client.pipeline(transaction=False)
+        for command in commands:
+            pipe.execute_command(*command)
+        return pipe.execute(raise_on_error=False)
 
     def _scan_logs(self, op: ScanLogs, moves: Moves) -> builtins.list[Any]:
         # redis-py leaves these untyped; Any keeps mypy from flagging every call
@@ -267,29 +271,6 @@ class RedisStreamSaver(StreamSaverBase):
             moved = TryAgainError(f"the cluster layout changed during a SCAN for {op.pattern!r}")
             time.sleep(moves.wait(moved))
 
-    def _eval(self, op: Eval) -> Any:
-        script = self._scripts[op.script]
-        if script_command(op, self._read_only) == "EVALSHA":
-            try:
-                return script(keys=list(op.keys), args=list(op.args))
-            except ResponseError as exc:
-                if not needs_read_only(op, exc, self._read_only):
-                    raise
-                self._read_only = True
-        client: Any = self.client
-        for _ in range(2):
-            try:
-                return client.evalsha_ro(script.sha, len(op.keys), *op.keys, *op.args)
-            except NoScriptError:  # the server restarted or failed over
-                client.script_load(script.script)
-        return client.evalsha_ro(script.sha, len(op.keys), *op.keys, *op.args)
-
-    def _pipeline(self, ops: Sequence[Eval | Call]) -> builtins.list[Any]:
-        pipe = self.client.pipeline(transaction=False)
-        for one in ops:
-            pipe.execute_command(*pipelined(self._scripts, one, self._read_only))
-        return pipe.execute(raise_on_error=False)
-
     def _views(self) -> dict[str, Any]:
         """Each primary's CLUSTER NODES (scan_plan)."""
         client: Any = self.client
@@ -297,23 +278,6 @@ class RedisStreamSaver(StreamSaverBase):
             node.name: client.execute_command("CLUSTER NODES", target_nodes=node)
             for node in client.get_primaries()
         }
-
-    def _execute_each(self, op: Each, moves: Moves) -> builtins.list[Any]:
-        flow, reply = each_rounds(self, op, moves), None
-        client: Any = self.client
-        while True:
-            try:
-                step = flow.send(reply)
-            except StopIteration as done:
-                return done.value  # type: ignore[no-any-return]
-            reply = None
-            if isinstance(step, Pipeline):
-                reply = self._pipeline(step.ops)
-            elif isinstance(step, LoadScripts):
-                for name in step.names:
-                    client.script_load(self._scripts[name].script)
-            else:
-                time.sleep(step.seconds)
 
     def _execute_durably(self, op: Eval | Call, wait: tuple[str | int, ...], moves: Moves) -> Any:
         # WAIT/WAITAOF count the writes of their own connection, so the write and the wait go
@@ -335,17 +299,13 @@ class RedisStreamSaver(StreamSaverBase):
             pipe = node.pipeline(transaction=False)
             if asked is not None:
                 pipe.execute_command("ASKING")
-            if isinstance(op, Eval):
-                script = self._scripts[op.script]
-                pipe.execute_command("EVALSHA", script.sha, len(op.keys), *op.keys, *op.args)
-            else:
-                pipe.execute_command(*op.args)
+            pipe.execute_command(*self._seam.command(op))
             pipe.execute_command(*wait)
             reply, ack = pipe.execute(raise_on_error=False)[-2:]
             asked = None
-            if isinstance(reply, NoScriptError) and isinstance(op, Eval) and loads < 2:
+            if self._seam.missing(reply) and isinstance(op, Eval) and loads < 2:
                 loads += 1
-                node.script_load(script.script)  # the server restarted or failed over
+                node.script_load(self._seam.sources[op.script])  # a restart or failover
                 continue
             if cluster and isinstance(reply, MovedError):
                 time.sleep(moves.wait(reply, key))
