@@ -209,6 +209,7 @@ async def test_async_saver_reads_the_registry_like_the_sync_one(
 ) -> None:
     for n in range(4):
         work(sync_saver, f"t{n}", 2, "r")
+        time.sleep(0.002)  # the page below is ordered by activity time: no two in one ms
     assert await async_saver.athreads() == sync_saver.threads()  # both scan: never seeded
     assert await async_saver.aseed_projections() == 4
     work(sync_saver, "late", 1, "r")  # not applied: read from the feed

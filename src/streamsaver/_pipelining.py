@@ -9,9 +9,9 @@ queued, written together on one connection, and their replies handed back in ord
 - Atomicity: each caller's commands are one group, written and answered contiguously; a
   script is one command, so it runs whole whatever else shares the write.
 - Error isolation: a server error is the reply of its own command only (a value in its place);
-  a network error fails the groups not yet answered, after the client's own retry policy
-  (``client.get_retry()``) resent them on a new connection (every streamsaver write is
-  idempotent, so resending one that may have run is safe).
+  a network error fails the groups not yet answered, once the connection's retry policy (as
+  redis-py's own calls use it) has resent them on a new connection (every streamsaver write
+  is idempotent, so resending one that may have run is safe).
 - Cancellation: a caller waits on a future, never on the socket. Cancelled, its future is
   dropped; the pump still reads that caller's replies, so no later reply is matched to the
   wrong caller. Cancelling the pump itself (loop shutdown) disconnects the connection before
@@ -110,8 +110,8 @@ class AutoPipeline:
             async def reconnect(_: BaseException) -> None:
                 await conn.disconnect()
 
-            retry = self.client.get_retry()  # None: a client made with retry=None
-            await (attempt() if retry is None else retry.call_with_retry(attempt, reconnect))
+            # the connection's retry policy, as redis-py's own execute_command uses it
+            await conn.retry.call_with_retry(attempt, reconnect)
         except BaseException as exc:
             # replies may still be in flight on this connection: nobody else may read them
             await conn.disconnect(nowait=True)

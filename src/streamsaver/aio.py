@@ -229,9 +229,17 @@ class AsyncRedisStreamSaver(StreamSaverBase):
                 raise unavailable(exc) from exc
 
     async def _rounds(self, ops: Sequence[Eval | Call], moves: Moves) -> builtins.list[Any]:
-        client: Any = self.client
         flow = rounds(ops, self._seam, moves)
-        return await arun(flow, self._send, client.script_load, asyncio.sleep)
+        return await arun(flow, self._send, self._load, asyncio.sleep)
+
+    async def _load(self, source: str) -> None:
+        if self._autopipe is None:
+            client: Any = self.client  # a cluster client loads it on every primary
+            await client.script_load(source)
+            return
+        # on the shared connection too: calls that all met a fresh server must not each
+        # take a connection of their own to load the script
+        only(await self._autopipe.send([("SCRIPT", "LOAD", source)]))
 
     async def _send(self, commands: Sequence[Command]) -> builtins.list[Any]:
         if self._autopipe is not None:

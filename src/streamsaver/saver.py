@@ -45,6 +45,7 @@ from ._base import (
     probe_options,
 )
 from ._chain import ChainCheck
+from ._connection import HeldConnection
 from ._durability import DurabilityMode
 from ._errors import InvalidInputError, connect_error, unavailable
 from ._history import delta_channel_history
@@ -128,6 +129,7 @@ class RedisStreamSaver(StreamSaverBase):
         # bulk fill); the saver sends through _transport's Scripts
         self._scripts = {name: client.register_script(src) for name, src in SOURCES.items()}
         self._projections.cluster = isinstance(client, RedisCluster)
+        self._held = HeldConnection.of(client)
         self.server_version: tuple[int, ...] | None = None
 
     @classmethod
@@ -233,6 +235,10 @@ class RedisStreamSaver(StreamSaverBase):
         return run(flow, self._send, client.script_load, time.sleep)
 
     def _send(self, commands: Sequence[Command]) -> builtins.list[Any]:
+        if self._held is not None:
+            replies = self._held.send(commands)
+            if replies is not None:
+                return replies
         if len(commands) == 1:
             # one command skips the pipeline object: the common case of a graph's calls
             try:
