@@ -34,7 +34,7 @@ from collections.abc import (
     Sequence,
 )
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 from uuid import uuid4
 
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
@@ -63,10 +63,6 @@ from ._transport import Command as TransportCommand
 from ._transport import Scripts, Step, arun, rounds, run
 from .events import Delivery, FeedCursor, ThreadEvent
 
-if TYPE_CHECKING:
-    from .aio import AsyncRedisStreamSaver
-    from .saver import RedisStreamSaver
-
 __all__ = [
     "AsyncConsumerGroup",
     "AsyncTail",
@@ -76,6 +72,15 @@ __all__ = [
     "TailAll",
     "default_consumer_name",
 ]
+
+
+class Saver(Protocol):
+    """What a tail takes from its saver (either shell): tailing imports no saver, the savers
+    import tailing."""
+
+    client: Any
+    slot_move_timeout_s: float
+
 
 T = TypeVar("T", ThreadEvent, Delivery)
 R = TypeVar("R")
@@ -131,7 +136,7 @@ class _Dedicated:
 
 
 class _SyncIO:
-    def __init__(self, saver: RedisStreamSaver) -> None:
+    def __init__(self, saver: Saver) -> None:
         self.client: Any = saver.client
         self.cluster = isinstance(saver.client, RedisCluster)
         self.move_timeout_s = saver.slot_move_timeout_s
@@ -448,7 +453,7 @@ class Tail(_ThreadTailView, _SyncDriven[ThreadEvent]):
     event handed over (or skipped): ``saver.tail(thread_id, after=position)`` resumes exactly
     after it. ``skipped`` counts events reported and skipped."""
 
-    def __init__(self, saver: RedisStreamSaver, core: ThreadTail) -> None:
+    def __init__(self, saver: Saver, core: ThreadTail) -> None:
         self._core = core
         super().__init__(_SyncIO(saver), core.run())
 
@@ -457,7 +462,7 @@ class TailAll(_FeedTailView, _SyncDriven[ThreadEvent]):
     """``saver.tail_all(...)``: every thread's events, through the feeds. ``cursor`` is where
     it is (after the last event handed over): ``saver.tail_all(after=cursor)`` resumes."""
 
-    def __init__(self, saver: RedisStreamSaver, core: FeedTail) -> None:
+    def __init__(self, saver: Saver, core: FeedTail) -> None:
         self._core = core
         super().__init__(_SyncIO(saver), core.run())
 
@@ -469,7 +474,7 @@ class ConsumerGroup(_GroupView, _SyncDriven[Delivery]):
     ``max_deliveries`` times is parked. ``close()`` leaves the group: the member is deleted
     unless entries are still pending for it (``kept_on`` says on how many feeds)."""
 
-    def __init__(self, saver: RedisStreamSaver, core: GroupReader) -> None:
+    def __init__(self, saver: Saver, core: GroupReader) -> None:
         self._core = core
         self._kept = [0]
         io = _SyncIO(saver)
@@ -527,7 +532,7 @@ def _raise_swallowed_cancel() -> None:
 
 
 class _AsyncIO:
-    def __init__(self, saver: AsyncRedisStreamSaver) -> None:
+    def __init__(self, saver: Saver) -> None:
         self.client: Any = saver.client
         self.cluster = isinstance(saver.client, AsyncRedisCluster)
         self.move_timeout_s = saver.slot_move_timeout_s
@@ -807,7 +812,7 @@ class _AsyncDriven(Generic[T]):
 class AsyncTail(_ThreadTailView, _AsyncDriven[ThreadEvent]):
     """``saver.atail(...)``: the asyncio twin of ``Tail``."""
 
-    def __init__(self, saver: AsyncRedisStreamSaver, core: ThreadTail) -> None:
+    def __init__(self, saver: Saver, core: ThreadTail) -> None:
         self._core = core
         super().__init__(_AsyncIO(saver), core.run())
 
@@ -815,7 +820,7 @@ class AsyncTail(_ThreadTailView, _AsyncDriven[ThreadEvent]):
 class AsyncTailAll(_FeedTailView, _AsyncDriven[ThreadEvent]):
     """``saver.atail_all(...)``: the asyncio twin of ``TailAll``."""
 
-    def __init__(self, saver: AsyncRedisStreamSaver, core: FeedTail) -> None:
+    def __init__(self, saver: Saver, core: FeedTail) -> None:
         self._core = core
         super().__init__(_AsyncIO(saver), core.run())
 
@@ -823,7 +828,7 @@ class AsyncTailAll(_FeedTailView, _AsyncDriven[ThreadEvent]):
 class AsyncConsumerGroup(_GroupView, _AsyncDriven[Delivery]):
     """``saver.aconsumer_group(...)``: the asyncio twin of ``ConsumerGroup``."""
 
-    def __init__(self, saver: AsyncRedisStreamSaver, core: GroupReader) -> None:
+    def __init__(self, saver: Saver, core: GroupReader) -> None:
         self._core = core
         self._kept = [0]
         super().__init__(_AsyncIO(saver), core.run())
