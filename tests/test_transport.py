@@ -232,4 +232,4 @@ def test_a_tightly_sized_pool_lends_the_saver_nothing_to_keep(
         for conn in taken:
             client.connection_pool.release(conn)
     finally:
-        client.close()
+        client.connection_pool.disconnect()  # a pool passed in is not closed with the client

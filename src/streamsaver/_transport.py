@@ -21,21 +21,26 @@ from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from redis.exceptions import NoPermissionError, NoScriptError, ResponseError
+from redis.exceptions import AskError, MovedError, NoPermissionError, NoScriptError, ResponseError
 
+from ._durability import Durability
 from ._errors import SlotMovingError, translate
-from ._moves import Moves, is_moving
+from ._moves import Moves, is_demoted, is_moving
 from ._ops import Call, Each, Eval, Op
 from ._scripts import READ_ONLY
 
 __all__ = [
     "Command",
+    "Durably",
     "LoadScripts",
+    "LoadThere",
     "Pause",
     "Pipeline",
+    "Relearn",
     "Scripts",
     "Step",
     "arun",
+    "durable_rounds",
     "key_of",
     "only",
     "raise_translated",
@@ -174,6 +179,78 @@ def rounds(
     if not translate_errors:
         return replies
     return [translate(r) if isinstance(r, ResponseError) else r for r in replies]
+
+
+@dataclass(frozen=True, slots=True)
+class Durably:
+    """Send ``commands`` (a write, then its ``WAIT``/``WAITAOF``) in one pipeline on one
+    connection, since a WAIT counts the writes of its own connection: on a cluster, to the node
+    serving ``key``, or after an ``ASK`` to the node at ``asked`` (host, port), ``ASKING``
+    first; if that node is unknown, learn the layout and send to ``key``'s node. Reply: the
+    write's reply and the WAIT's, errors as values."""
+
+    commands: tuple[Command, Command]
+    key: str
+    asked: tuple[str, int] | None
+
+
+@dataclass(frozen=True, slots=True)
+class LoadThere:
+    """Load ``source`` on the node the last ``Durably`` went to."""
+
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
+class Relearn:
+    """Refresh the cluster's slot map: from ``moved`` (a MOVED reply), or all of it (None)."""
+
+    moved: MovedError | None
+
+
+DurableStep = Durably | LoadThere | Relearn | Pause
+
+
+def durable_rounds(
+    op: Eval | Call,
+    scripts: Scripts,
+    durability: Durability,
+    wait: Command,
+    moves: Moves,
+    cluster: bool,
+) -> Generator[DurableStep, Any, Any]:
+    """A write acknowledged as ``durability`` asks, in one round trip each time: the write and
+    its ``wait`` on the connection ``Durably`` names. The connection is the shell's own, not
+    the client's routing, so a redirection is followed here: the write did not run, its WAIT
+    counted nothing, and both are sent again where the slot is."""
+    key: Any = op.keys[0] if isinstance(op, Eval) else op.args[1]
+    asked: tuple[str, int] | None = None
+    loads = 0
+    while True:
+        reply, ack = yield Durably((scripts.command(op), wait), key, asked)
+        asked = None
+        if scripts.missing(reply) and isinstance(op, Eval) and loads < 2:
+            loads += 1  # the server restarted or failed over
+            yield LoadThere(scripts.sources[op.script])
+        elif cluster and isinstance(reply, MovedError):
+            yield Pause(moves.wait(reply, key))
+            yield Relearn(reply)
+        elif cluster and isinstance(reply, AskError):
+            yield Pause(moves.wait(reply, key))
+            asked = (reply.host, int(reply.port))
+        elif cluster and not isinstance(reply, Exception) and is_demoted(ack):
+            # the node turned replica while WAIT waited (a failover): the write may be on the
+            # promoted replica, but nothing acknowledged it; sent again where the slot is now,
+            # it is (writes are idempotent)
+            yield Pause(moves.wait(ack, key))
+            yield Relearn(None)
+        else:
+            if isinstance(reply, Exception):
+                raise reply
+            if isinstance(ack, Exception):
+                raise ack
+            durability.check_ack(ack)
+            return reply
 
 
 def run(

@@ -20,9 +20,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.exceptions import (
-    AskError,
     ClusterError,
-    MovedError,
     ResponseError,
     TryAgainError,
 )
@@ -52,7 +50,7 @@ from ._errors import (
     unavailable,
 )
 from ._history import delta_channel_history
-from ._moves import DEFAULT_SLOT_MOVE_TIMEOUT_S, Moves, is_demoted, is_moving, scan_plan
+from ._moves import DEFAULT_SLOT_MOVE_TIMEOUT_S, Moves, is_moving, scan_plan
 from ._ops import Call, Each, Eval, Flow, Op, Replay, ScanLogs, T, adrive, aiterate
 from ._pipelining import AutoPipeline
 from ._tail import (
@@ -64,7 +62,19 @@ from ._tail import (
     Report,
     ThreadTail,
 )
-from ._transport import Command, arun, key_of, only, raise_translated, rounds, what
+from ._transport import (
+    Command,
+    Durably,
+    LoadThere,
+    Relearn,
+    arun,
+    durable_rounds,
+    key_of,
+    only,
+    raise_translated,
+    rounds,
+    what,
+)
 from .events import FeedCursor, ProjectorLag, SkippedEvent, ThreadDeletion, ThreadEvent, ThreadInfo
 from .tailing import AsyncConsumerGroup, AsyncTail, AsyncTailAll, default_consumer_name
 
@@ -291,66 +301,48 @@ class AsyncRedisStreamSaver(StreamSaverBase):
             for node in client.get_primaries()
         }
 
-    async def _execute_durably(
-        self, op: Eval | Call, wait: tuple[str | int, ...], moves: Moves
-    ) -> Any:
-        # WAIT/WAITAOF count the writes of their own connection, so the write and the wait go
-        # down one connection, pipelined: one round trip. On a cluster both name the key's
-        # primary as their target: the pipeline sends a node's commands together, in order, on
-        # one of its connections. A redirection means the write did not run (the WAIT's count
-        # is then meaningless): both are sent again where the slot now is.
-        key: Any = op.keys[0] if isinstance(op, Eval) else op.args[1]
+    async def _execute_durably(self, op: Eval | Call, wait: Command, moves: Moves) -> Any:
+        # On a cluster both commands name the key's primary as their target: the pipeline
+        # sends a node's commands together, in order, on one of its connections.
         # redis-py leaves the cluster pipeline untyped; Any keeps mypy from flagging each call
         client: Any = self.client
         cluster = isinstance(client, AsyncRedisCluster)
-        node: Any = None
-        asking = False
-        loads = 0
+        flow = durable_rounds(op, self._seam, self.durability, wait, moves, cluster)
+        to: dict[str, Any] = {}
+        reply: Any = None
         while True:
-            if cluster:
-                await client.initialize()
-                node = node if asking else client.get_node_from_key(key)
-            to = {"target_nodes": node} if cluster else {}
-            pipe = client.pipeline() if cluster else client.pipeline(transaction=False)
-            if asking:
-                pipe.execute_command("ASKING", **to)
-            pipe.execute_command(*self._seam.command(op), **to)
-            pipe.execute_command(*wait, **to)
-            if cluster:
-                replies = await pipe.execute(raise_on_error=False, allow_redirections=False)
-            else:
-                replies = await pipe.execute(raise_on_error=False)
-            reply, ack = replies[-2:]
-            asking = False
-            if self._seam.missing(reply) and isinstance(op, Eval) and loads < 2:
-                loads += 1
-                # the server restarted or failed over
-                await client.execute_command("SCRIPT", "LOAD", self._seam.sources[op.script], **to)
-                continue
-            if cluster and isinstance(reply, MovedError):
-                await asyncio.sleep(moves.wait(reply, key))
-                await client.nodes_manager.move_slot(reply)
-                continue
-            if cluster and isinstance(reply, AskError):
-                await asyncio.sleep(moves.wait(reply, key))
-                node = client.get_node(reply.host, reply.port)
-                if node is None:  # a node the client has not heard of yet
+            try:
+                step = flow.send(reply)
+            except StopIteration as done:
+                return done.value
+            reply = None
+            if isinstance(step, Durably):
+                asked = None
+                if cluster:
+                    await client.initialize()
+                    asked = step.asked and client.get_node(*step.asked)
+                    if step.asked and asked is None:  # a node the client has not heard of yet
+                        await client.nodes_manager.initialize()
+                    to = {"target_nodes": asked or client.get_node_from_key(step.key)}
+                pipe = client.pipeline() if cluster else client.pipeline(transaction=False)
+                if asked:
+                    pipe.execute_command("ASKING", **to)
+                for command in step.commands:
+                    pipe.execute_command(*command, **to)
+                if cluster:
+                    replies = await pipe.execute(raise_on_error=False, allow_redirections=False)
+                else:
+                    replies = await pipe.execute(raise_on_error=False)
+                reply = replies[-2:]
+            elif isinstance(step, LoadThere):
+                await client.execute_command("SCRIPT", "LOAD", step.source, **to)
+            elif isinstance(step, Relearn):
+                if step.moved is None:
                     await client.nodes_manager.initialize()
-                asking = node is not None
-                continue
-            if cluster and not isinstance(reply, Exception) and is_demoted(ack):
-                # the node turned replica while WAIT waited (a failover): the write may be on
-                # the promoted replica, but nothing acknowledged it; sent again where the slot
-                # is now, it is (writes are idempotent)
-                await asyncio.sleep(moves.wait(ack, key))
-                await client.nodes_manager.initialize()
-                continue
-            if isinstance(reply, Exception):
-                raise reply
-            if isinstance(ack, Exception):
-                raise ack
-            self.durability.check_ack(ack)
-            return reply
+                else:
+                    await client.nodes_manager.move_slot(step.moved)
+            else:
+                await asyncio.sleep(step.seconds)
 
     async def _run(self, flow: Flow[T]) -> T:
         if self.server_version is None:

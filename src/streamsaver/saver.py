@@ -21,9 +21,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from redis.cluster import RedisCluster
 from redis.exceptions import (
-    AskError,
     ClusterError,
-    MovedError,
     ResponseError,
     TryAgainError,
 )
@@ -50,7 +48,7 @@ from ._durability import DurabilityMode
 from ._errors import InvalidInputError, connect_error, unavailable
 from ._history import delta_channel_history
 from ._migrate import Migrated, migrate_keys, reindex_threads
-from ._moves import DEFAULT_SLOT_MOVE_TIMEOUT_S, Moves, is_demoted, is_moving, scan_plan
+from ._moves import DEFAULT_SLOT_MOVE_TIMEOUT_S, Moves, is_moving, scan_plan
 from ._ops import Call, Each, Eval, Flow, Op, Replay, ScanLogs, T, drive, iterate
 from ._projection import Applied
 from ._scripts import SOURCES
@@ -63,7 +61,19 @@ from ._tail import (
     Report,
     ThreadTail,
 )
-from ._transport import Command, key_of, only, raise_translated, rounds, run, what
+from ._transport import (
+    Command,
+    Durably,
+    LoadThere,
+    Relearn,
+    durable_rounds,
+    key_of,
+    only,
+    raise_translated,
+    rounds,
+    run,
+    what,
+)
 from .events import FeedCursor, ProjectorLag, SkippedEvent, ThreadDeletion, ThreadEvent, ThreadInfo
 from .tailing import ConsumerGroup, Tail, TailAll, default_consumer_name
 
@@ -285,57 +295,39 @@ class RedisStreamSaver(StreamSaverBase):
             for node in client.get_primaries()
         }
 
-    def _execute_durably(self, op: Eval | Call, wait: tuple[str | int, ...], moves: Moves) -> Any:
-        # WAIT/WAITAOF count the writes of their own connection, so the write and the wait go
-        # down one connection (the key's node, on a cluster), pipelined: one round trip. That
-        # connection is ours, not redis-py's routing: a redirection is followed here (the
-        # write did not run, so the WAIT's count is meaningless) and both go where the slot is.
-        key: Any = op.keys[0] if isinstance(op, Eval) else op.args[1]
+    def _execute_durably(self, op: Eval | Call, wait: Command, moves: Moves) -> Any:
         # redis-py leaves these untyped; Any keeps mypy from flagging every call
         client: Any = self.client
         cluster = isinstance(self.client, RedisCluster)
-        asked: Any = None  # the importing node an ASK named
-        loads = 0
+        flow = durable_rounds(op, self._seam, self.durability, wait, moves, cluster)
+        node, reply = client, None
         while True:
-            if cluster:
-                target = asked or client.get_node_from_key(key)
-                node: Any = client.get_redis_connection(target)
-            else:
-                node = client
-            pipe = node.pipeline(transaction=False)
-            if asked is not None:
-                pipe.execute_command("ASKING")
-            pipe.execute_command(*self._seam.command(op))
-            pipe.execute_command(*wait)
-            reply, ack = pipe.execute(raise_on_error=False)[-2:]
-            asked = None
-            if self._seam.missing(reply) and isinstance(op, Eval) and loads < 2:
-                loads += 1
-                node.script_load(self._seam.sources[op.script])  # a restart or failover
-                continue
-            if cluster and isinstance(reply, MovedError):
-                time.sleep(moves.wait(reply, key))
-                client.nodes_manager.move_slot(reply)
-                continue
-            if cluster and isinstance(reply, AskError):
-                time.sleep(moves.wait(reply, key))
-                asked = client.get_node(host=reply.host, port=reply.port)
-                if asked is None:  # a node the client has not heard of yet
+            try:
+                step = flow.send(reply)
+            except StopIteration as done:
+                return done.value
+            reply = None
+            if isinstance(step, Durably):
+                asked = step.asked and client.get_node(host=step.asked[0], port=step.asked[1])
+                if step.asked and asked is None:  # a node the client has not heard of yet
                     client.nodes_manager.initialize()
-                continue
-            if cluster and not isinstance(reply, Exception) and is_demoted(ack):
-                # the node turned replica while WAIT waited (a failover): the write may be on
-                # the promoted replica, but nothing acknowledged it; sent again where the slot
-                # is now, it is (writes are idempotent)
-                time.sleep(moves.wait(ack, key))
-                client.nodes_manager.initialize()
-                continue
-            if isinstance(reply, Exception):
-                raise reply
-            if isinstance(ack, Exception):
-                raise ack
-            self.durability.check_ack(ack)
-            return reply
+                if cluster:
+                    node = client.get_redis_connection(asked or client.get_node_from_key(step.key))
+                pipe = node.pipeline(transaction=False)
+                if asked:
+                    pipe.execute_command("ASKING")
+                for command in step.commands:
+                    pipe.execute_command(*command)
+                reply = pipe.execute(raise_on_error=False)[-2:]
+            elif isinstance(step, LoadThere):
+                node.script_load(step.source)
+            elif isinstance(step, Relearn):
+                if step.moved is None:
+                    client.nodes_manager.initialize()
+                else:
+                    client.nodes_manager.move_slot(step.moved)
+            else:
+                time.sleep(step.seconds)
 
     def _run(self, flow: Flow[T]) -> T:
         if self.server_version is None:
