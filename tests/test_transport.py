@@ -17,10 +17,21 @@ from redis.backoff import NoBackoff
 from redis.exceptions import NoScriptError, ResponseError
 
 from streamsaver import AsyncRedisStreamSaver, RedisStreamSaver
+from streamsaver._durability import Durability, DurabilityError
 from streamsaver._moves import Moves
 from streamsaver._ops import Call, Eval
 from streamsaver._pipelining import AutoPipeline
-from streamsaver._transport import LoadScripts, Pause, Pipeline, Scripts, rounds
+from streamsaver._transport import (
+    Durably,
+    LoadScripts,
+    LoadThere,
+    Pause,
+    Pipeline,
+    Relearn,
+    Scripts,
+    durable_rounds,
+    rounds,
+)
 
 
 def _checkpoint(saver: Any, n: int) -> Checkpoint:
@@ -233,3 +244,49 @@ def test_a_tightly_sized_pool_lends_the_saver_nothing_to_keep(
             client.connection_pool.release(conn)
     finally:
         client.connection_pool.disconnect()  # a pool passed in is not closed with the client
+
+
+def _durable(op: Eval | Call, cluster: bool = True) -> Any:
+    durability = Durability("replicated", 1, 100)
+    wait = durability.command()
+    assert wait is not None
+    scripts = Scripts({"append": "return 1"})
+    return durable_rounds(op, scripts, durability, wait, Moves(1.0, "test"), cluster)
+
+
+def test_a_durable_write_follows_moved_and_ask_then_checks_the_ack() -> None:
+    flow = _durable(Eval("append", ("{t}:log",), ("x",), write=True))
+    first = next(flow)
+    assert isinstance(first, Durably) and first.key == "{t}:log" and first.asked is None
+    assert first.commands[1] == ("WAIT", 1, 100)  # with the write, on its connection
+    moved = redis.exceptions.MovedError("3999 127.0.0.1:7001")
+    assert isinstance(flow.send([moved, 0]), Pause)  # MOVED: no wait, the node is known
+    relearn = flow.send(None)
+    assert isinstance(relearn, Relearn) and relearn.moved is moved
+    again = flow.send(None)
+    assert isinstance(again, Durably) and again.asked is None
+    ask = redis.exceptions.AskError("3999 127.0.0.2:7002")
+    assert isinstance(flow.send([ask, 0]), Pause)
+    asked = flow.send(None)
+    assert isinstance(asked, Durably) and asked.asked == ("127.0.0.2", 7002)
+    load = flow.send([NoScriptError("NOSCRIPT"), 0])
+    assert isinstance(load, LoadThere) and load.source == "return 1"
+    last = flow.send(None)
+    assert isinstance(last, Durably) and last.asked is None  # ASKING allows one command
+    with pytest.raises(DurabilityError):  # no replica acknowledged
+        flow.send([b"ok", 0])
+
+
+def test_a_durable_write_on_a_demoted_node_is_sent_again_after_relearning() -> None:
+    flow = _durable(Call(("XADD", "{t}:log", "*", "f", "v"), write=True))
+    next(flow)
+    demoted = ResponseError(
+        "UNBLOCKED force unblock from blocking operation, instance state changed"
+    )
+    assert isinstance(flow.send([b"1-0", demoted]), Pause)
+    relearn = flow.send(None)
+    assert isinstance(relearn, Relearn) and relearn.moved is None
+    assert isinstance(flow.send(None), Durably)
+    with pytest.raises(StopIteration) as done:
+        flow.send([b"1-1", 1])
+    assert done.value.value == b"1-1"
