@@ -146,7 +146,7 @@ async def _checkpoints(url: str, tasks: int, steps: int, rounds: int) -> dict[st
 
 def _sync_calls(url: str, calls: int, rounds: int) -> dict[str, list[float]]:
     client: Any = redis.Redis.from_url(url)
-    held = HeldConnection(client)
+    held = HeldConnection(client.connection_pool)
     kwargs = client.connection_pool.connection_kwargs
     raw = socket.create_connection((kwargs["host"], int(kwargs["port"])))
     raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -161,7 +161,7 @@ def _sync_calls(url: str, calls: int, rounds: int) -> dict[str, list[float]]:
 
     peers: dict[str, Callable[[], Any]] = {
         "redis-py pooled call": lambda: client.execute_command("GET", "transport:k"),
-        "streamsaver HeldConnection": lambda: held.send([("GET", "transport:k")]),
+        "streamsaver HeldConnection": lambda: held.send(client, [("GET", "transport:k")]),
         "floor: raw socket + hiredis": raw_get,
     }
     times: dict[str, list[float]] = {name: [] for name in peers}

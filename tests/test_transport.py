@@ -211,14 +211,27 @@ def test_a_held_connection_the_server_closed_is_replaced_before_use(
     sync_saver: RedisStreamSaver, redis_url: str
 ) -> None:
     held: Any = sync_saver._held
-    [own] = held.send([("CLIENT", "ID")])
+    client = sync_saver.client
+    [own] = held.send(client, [("CLIENT", "ID")])
     with redis.Redis.from_url(redis_url) as admin:
         assert admin.client_kill_filter(_id=own) == 1
-    [again] = held.send([("CLIENT", "ID")])
+    [again] = held.send(client, [("CLIENT", "ID")])
     assert again != own
-    sync_saver.client.close()  # closes the held connection with the pool's
+    client.close()  # closes the held connection with the pool's
     assert held.conn._sock is None
-    assert held.send([("PING",)]) == [True]
+    assert held.send(client, [("PING",)]) == [True]
+
+
+def test_savers_on_one_client_share_one_kept_connection(redis_url: str, prefix: str) -> None:
+    client = redis.Redis.from_url(redis_url)  # redis-py's default pool: 100 connections
+    try:
+        savers = [RedisStreamSaver(client, prefix=f"{prefix}:{n}") for n in range(150)]
+        for saver in savers:
+            saver.setup()
+        assert len({id(saver._held) for saver in savers}) == 1
+        assert len(client.connection_pool._in_use_connections) == 1  # type: ignore[attr-defined]
+    finally:
+        client.close()
 
 
 @pytest.mark.parametrize(

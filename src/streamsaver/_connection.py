@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import threading
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -29,6 +30,8 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 __all__ = ["HeldConnection"]
 
 _ROOMY = 16
+_BY_CLIENT: weakref.WeakKeyDictionary[Any, HeldConnection] = weakref.WeakKeyDictionary()
+_CREATING = threading.Lock()
 
 
 class HeldConnection:
@@ -44,17 +47,25 @@ class HeldConnection:
         pool = client.connection_pool
         if isinstance(pool, BlockingConnectionPool) or pool.max_connections < _ROOMY:
             return None
-        return cls(client)
+        # one per client, whatever number of savers share it (a saver per request, per test
+        # example...): each keeping its own would drain the pool
+        with _CREATING:
+            held = _BY_CLIENT.get(client)
+            if held is None:
+                held = _BY_CLIENT[client] = cls(pool)
+        return held
 
-    def __init__(self, client: Any) -> None:
-        self.client = client
+    def __init__(self, pool: Any) -> None:
+        # the pool, not the client: the client is the key this is kept under, weakly
+        self.pool = pool
         self.lock = threading.Lock()
         self.conn: Any = None
         self.pid = os.getpid()
 
-    def send(self, commands: Sequence[tuple[Any, ...]]) -> list[Any] | None:
-        """The replies of ``commands`` in order, a server error as a value in its place; None
-        when another thread holds the connection (send through the pool instead)."""
+    def send(self, client: Any, commands: Sequence[tuple[Any, ...]]) -> list[Any] | None:
+        """The replies of ``commands`` in order (parsed by ``client``, as its own calls are), a
+        server error as a value in its place; None when another thread holds the connection
+        (send through the pool instead)."""
         if not self.lock.acquire(blocking=False):
             return None
         try:
@@ -65,7 +76,7 @@ class HeldConnection:
                 replies: list[Any] = []
                 for command in commands:
                     try:
-                        replies.append(self.client.parse_response(conn, command[0]))
+                        replies.append(client.parse_response(conn, command[0]))
                     except ResponseError as exc:
                         replies.append(exc)
                 return replies
@@ -81,7 +92,7 @@ class HeldConnection:
 
     def _connection(self) -> Any:
         if self.conn is None or self.pid != os.getpid():
-            self.conn = self.client.connection_pool.get_connection()
+            self.conn = self.pool.get_connection()
             self.pid = os.getpid()
             return self.conn
         # the pool's own check: data nobody asked for, or the server closed the socket (an

@@ -246,7 +246,7 @@ class RedisStreamSaver(StreamSaverBase):
 
     def _send(self, commands: Sequence[Command]) -> builtins.list[Any]:
         if self._held is not None:
-            replies = self._held.send(commands)
+            replies = self._held.send(self.client, commands)
             if replies is not None:
                 return replies
         if len(commands) == 1:
