@@ -81,6 +81,8 @@ def work(saver: RedisStreamSaver, thread_id: str, steps: int, run: str) -> None:
         config = saver.put(run_config, checkpoint(step, n=step), meta, {"n": step + 1})
         writes = [("__interrupt__", "ask")] if step == steps - 1 else [("n", step)]
         saver.put_writes({**config, "metadata": {"run_id": run}}, writes, f"task{step}")
+    # activity is kept in ms and ties list by thread id: each thread's last ms its own
+    time.sleep(0.002)
 
 
 @pytest.fixture
@@ -209,7 +211,6 @@ async def test_async_saver_reads_the_registry_like_the_sync_one(
 ) -> None:
     for n in range(4):
         work(sync_saver, f"t{n}", 2, "r")
-        time.sleep(0.002)  # the page below is ordered by activity time: no two in one ms
     assert await async_saver.athreads() == sync_saver.threads()  # both scan: never seeded
     assert await async_saver.aseed_projections() == 4
     work(sync_saver, "late", 1, "r")  # not applied: read from the feed
