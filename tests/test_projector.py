@@ -81,8 +81,6 @@ def work(saver: RedisStreamSaver, thread_id: str, steps: int, run: str) -> None:
         config = saver.put(run_config, checkpoint(step, n=step), meta, {"n": step + 1})
         writes = [("__interrupt__", "ask")] if step == steps - 1 else [("n", step)]
         saver.put_writes({**config, "metadata": {"run_id": run}}, writes, f"task{step}")
-    # activity is kept in ms and ties list by thread id: each thread's last ms its own
-    time.sleep(0.002)
 
 
 @pytest.fixture
