@@ -25,6 +25,9 @@ transport that sends a ``Batch`` is ``_transport.py``'s, as for the savers.
 from __future__ import annotations
 
 from .decode import Entry, decode_event, entries, streams
+
+# the console (streamsaver.web) orders stream ids with it, imported from here
+from .decode import _id_key as _id_key
 from .feeds import FeedTail
 from .groups import GroupReader
 from .steps import (
