@@ -4,26 +4,26 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable, Generator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.serde.base import SerializerProtocol, maybe_add_typed_methods
 from redis.asyncio.retry import Retry as AsyncRetryBase
 from redis.backoff import ExponentialBackoff
-from redis.exceptions import AuthenticationError, NoPermissionError, NoScriptError, ResponseError
+from redis.exceptions import AuthenticationError
 from redis.retry import Retry
 
 from ._codec import Codec
 from ._delta import DeltaCache
 from ._durability import Durability, DurabilityMode
-from ._errors import InvalidInputError, translate
+from ._errors import InvalidInputError
 from ._keys import validate_prefix
-from ._moves import DEFAULT_SLOT_MOVE_TIMEOUT_S, Moves, check_timeout, is_moving
-from ._ops import Call, Each, Eval, Op, Operations
+from ._moves import DEFAULT_SLOT_MOVE_TIMEOUT_S, check_timeout
+from ._ops import Operations
 from ._projection import Projections
-from ._scripts import READ_ONLY
+from ._scripts import SOURCES
+from ._transport import Scripts
 
 __all__ = [
     "DEFAULT_CONNECT_TIMEOUT_S",
@@ -86,9 +86,6 @@ def _check_serde(serde: object) -> None:
 
 
 class StreamSaverBase(BaseCheckpointSaver[str]):
-    # set at the first NOPERM of a read-only script: the user may only read (each_rounds)
-    _read_only: bool = False
-
     def __init__(
         self,
         *,
@@ -151,6 +148,8 @@ class StreamSaverBase(BaseCheckpointSaver[str]):
         self.chain = chain
         self._projections = Projections(self.prefix)
         self._ops = self._operations()
+        # how scripts reach the server, and whether the user may only read (_transport.py)
+        self._seam = Scripts(SOURCES)
 
     def _operations(self) -> Operations:
         cache = DeltaCache(self.delta_cache_bytes) if self.delta_cache_bytes else None
@@ -284,110 +283,7 @@ def probe_options(options: dict[str, Any], *, sync: bool) -> dict[str, Any]:
     return {**options, "socket_timeout": options["socket_connect_timeout"], "retry": retry}
 
 
-def key_of(op: Op) -> str | None:
-    """The key an operation's slot is found by, for an error message to name."""
-    if isinstance(op, Eval):
-        return op.keys[0] if op.keys else None
-    if isinstance(op, Call) and len(op.args) > 1 and isinstance(op.args[1], str):
-        return op.args[1]
-    return None
-
-
-def what(op: Op) -> str:
-    """An operation as an error message names it."""
-    if isinstance(op, Eval):
-        return f"script {op.script!r}"
-    if isinstance(op, Call):
-        return f"{op.args[0]!r}"
-    if isinstance(op, Each):
-        return f"a pipeline of {len(op.ops)} commands"
-    return f"a SCAN for {op.pattern!r}"
-
-
-def pipelined(scripts: dict[str, Any], op: Eval | Call, read_only: bool = False) -> tuple[Any, ...]:
-    """The command that runs ``op`` in a pipeline (a script by its sha)."""
-    if isinstance(op, Eval):
-        return (
-            script_command(op, read_only),
-            scripts[op.script].sha,
-            len(op.keys),
-            *op.keys,
-            *op.args,
-        )
-    return op.args
-
-
-def script_command(op: Eval, read_only: bool) -> str:
-    """EVALSHA, or EVALSHA_RO for a script that only reads once the saver has learnt that its
-    user may only read (a NOPERM on EVALSHA, which declares its keys read-write). Not always
-    EVALSHA_RO: a cluster client asks the server for its keys (COMMAND GETKEYS), a round trip
-    the hot path of a read-write user should not pay."""
-    return "EVALSHA_RO" if read_only and op.script in READ_ONLY else "EVALSHA"
-
-
-def needs_read_only(op: Eval, exc: BaseException, read_only: bool) -> bool:
-    """Whether ``exc`` says ``op`` must run again as EVALSHA_RO."""
-    return not read_only and op.script in READ_ONLY and isinstance(exc, NoPermissionError)
-
-
 def page_limit(limit: object) -> int | None:
     if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
         raise InvalidInputError(f"limit={limit!r}: give an int >= 1, or None for every thread")
     return limit
-
-
-@dataclass(frozen=True, slots=True)
-class Pipeline:
-    """Send ``ops`` in one pipeline; the replies come back in order, errors as values."""
-
-    ops: Sequence[Eval | Call]
-
-
-@dataclass(frozen=True, slots=True)
-class LoadScripts:
-    """SCRIPT LOAD each named script (a fresh, restarted or failed-over server)."""
-
-    names: frozenset[str]
-
-
-@dataclass(frozen=True, slots=True)
-class Pause:
-    seconds: float
-
-
-EachStep = Pipeline | LoadScripts | Pause
-
-
-def each_rounds(
-    saver: StreamSaverBase, op: Each, moves: Moves
-) -> Generator[EachStep, Any, list[Any]]:
-    """How an ``Each`` runs, written once for both savers (they only send what it yields):
-    pipelined; again as EVALSHA_RO once a read-only user's NOPERM shows (``needs_read_only``);
-    each missing script loaded once, then one more pipeline, never one round trip per call
-    (an Each may hold 16384); and the ops whose slot was in motion sent again after a pause,
-    the others not. The replies in order, server errors translated, as values."""
-    replies: list[Any] = [None] * len(op.ops)
-    todo = list(range(len(op.ops)))
-    while todo:
-        ops = [op.ops[i] for i in todo]
-        got = yield Pipeline(ops)
-        if any(
-            isinstance(one, Eval) and needs_read_only(one, reply, saver._read_only)
-            for one, reply in zip(ops, got, strict=True)
-        ):
-            saver._read_only = True
-            got = yield Pipeline(ops)
-        missing = [j for j, r in enumerate(got) if isinstance(r, NoScriptError)]
-        if missing:
-            yield LoadScripts(frozenset(ops[j].script for j in missing))  # type: ignore[union-attr]
-            again = yield Pipeline([ops[j] for j in missing])
-            for j, reply in zip(missing, again, strict=True):
-                got[j] = reply
-        for i, reply in zip(todo, got, strict=True):
-            replies[i] = reply
-        # a slot in motion: those ops did not run; the others are not sent again
-        moving = [i for i in todo if is_moving(replies[i])]
-        if moving:
-            yield Pause(moves.wait(replies[moving[0]], key_of(op.ops[moving[0]])))
-        todo = moving
-    return [translate(r) if isinstance(r, ResponseError) else r for r in replies]

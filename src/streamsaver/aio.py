@@ -20,10 +20,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.exceptions import (
-    AskError,
     ClusterError,
-    MovedError,
-    NoScriptError,
     ResponseError,
     TryAgainError,
 )
@@ -37,20 +34,12 @@ from ._base import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     DEFAULT_PREFIX,
     DEFAULT_RETRIES,
-    LoadScripts,
-    Pipeline,
     StreamSaverBase,
     check_client,
     client_options,
     config_readable,
-    each_rounds,
-    key_of,
-    needs_read_only,
     page_limit,
-    pipelined,
     probe_options,
-    script_command,
-    what,
 )
 from ._chain import ChainCheck
 from ._durability import DurabilityMode
@@ -58,13 +47,12 @@ from ._errors import (
     InvalidInputError,
     InvalidUsageError,
     connect_error,
-    translate,
     unavailable,
 )
 from ._history import delta_channel_history
-from ._moves import DEFAULT_SLOT_MOVE_TIMEOUT_S, Moves, is_demoted, is_moving, scan_plan
+from ._moves import DEFAULT_SLOT_MOVE_TIMEOUT_S, Moves, is_moving, scan_plan
 from ._ops import Call, Each, Eval, Flow, Op, Replay, ScanLogs, T, adrive, aiterate
-from ._scripts import SOURCES
+from ._pipelining import AutoPipeline
 from ._tail import (
     DEFAULT_BLOCK_MS,
     DEFAULT_COUNT,
@@ -73,6 +61,19 @@ from ._tail import (
     GroupReader,
     Report,
     ThreadTail,
+)
+from ._transport import (
+    Command,
+    Durably,
+    LoadThere,
+    Relearn,
+    arun,
+    durable_rounds,
+    key_of,
+    only,
+    raise_translated,
+    rounds,
+    what,
 )
 from .events import FeedCursor, ProjectorLag, SkippedEvent, ThreadDeletion, ThreadEvent, ThreadInfo
 from .tailing import AsyncConsumerGroup, AsyncTail, AsyncTailAll, default_consumer_name
@@ -133,9 +134,9 @@ class AsyncRedisStreamSaver(StreamSaverBase):
         )
         self.client = client
         self._ops.read_config = config_readable(client)
-        self._scripts = {name: client.register_script(src) for name, src in SOURCES.items()}
-        # set at the first NOPERM of a read-only script: the user may only read (_base.py)
-        self._read_only = False
+        # concurrent calls share one connection's writes (_pipelining.py); a cluster client
+        # routes each command to its slot's node itself
+        self._autopipe = None if isinstance(client, AsyncRedisCluster) else AutoPipeline(client)
         self._projections.cluster = isinstance(client, AsyncRedisCluster)
         self.server_version: tuple[int, ...] | None = None
         try:
@@ -223,24 +224,46 @@ class AsyncRedisStreamSaver(StreamSaverBase):
         while True:
             try:
                 if isinstance(op, Each):
-                    return await self._execute_each(op, moves)
-                write = not isinstance(op, ScanLogs) and op.write
-                wait = self.durability.command() if write else None
+                    return await self._rounds(op.ops, moves)
+                if isinstance(op, ScanLogs):
+                    return await self._scan_logs(op, moves)
+                wait = self.durability.command() if op.write else None
                 if wait is not None:
-                    return await self._execute_durably(op, wait, moves)  # type: ignore[arg-type]
-                if isinstance(op, Eval):
-                    return await self._eval(op)
-                if isinstance(op, Call):
-                    return await self.client.execute_command(*op.args)
-                return await self._scan_logs(op, moves)
+                    return await self._execute_durably(op, wait, moves)
+                return only(await self._rounds((op,), moves))
             except (ResponseError, ClusterError) as exc:
-                if isinstance(exc, ResponseError) and not is_moving(exc):
-                    raise translate(exc) from exc
                 if not is_moving(exc):
-                    raise
+                    raise_translated(exc)
                 await asyncio.sleep(moves.wait(exc, key_of(op)))
             except (RedisConnectionError, RedisTimeoutError) as exc:
                 raise unavailable(exc) from exc
+
+    async def _rounds(self, ops: Sequence[Eval | Call], moves: Moves) -> builtins.list[Any]:
+        flow = rounds(ops, self._seam, moves)
+        return await arun(flow, self._send, self._load, asyncio.sleep)
+
+    async def _load(self, source: str) -> None:
+        if self._autopipe is None:
+            client: Any = self.client  # a cluster client loads it on every primary
+            await client.script_load(source)
+            return
+        # on the shared connection too: calls that all met a fresh server must not each
+        # take a connection of their own to load the script
+        only(await self._autopipe.send([("SCRIPT", "LOAD", source)]))
+
+    async def _send(self, commands: Sequence[Command]) -> builtins.list[Any]:
+        if self._autopipe is not None:
+            return await self._autopipe.send(commands)
+        if len(commands) == 1:
+            # one command skips the pipeline object: the common case of a graph's calls
+            try:
+                return [await self.client.execute_command(*commands[0])]
+            except (ResponseError, ClusterError) as exc:
+                return [exc]
+        pipe = self.client.pipeline(transaction=False)
+        for command in commands:
+            pipe.execute_command(*command)
+        return await pipe.execute(raise_on_error=False)
 
     async def _scan_logs(self, op: ScanLogs, moves: Moves) -> builtins.list[Any]:
         # redis-py leaves these untyped; Any keeps mypy from flagging every call
@@ -278,110 +301,48 @@ class AsyncRedisStreamSaver(StreamSaverBase):
             for node in client.get_primaries()
         }
 
-    async def _eval(self, op: Eval) -> Any:
-        script = self._scripts[op.script]
-        if script_command(op, self._read_only) == "EVALSHA":
-            try:
-                return await script(keys=list(op.keys), args=list(op.args))
-            except ResponseError as exc:
-                if not needs_read_only(op, exc, self._read_only):
-                    raise
-                self._read_only = True
+    async def _execute_durably(self, op: Eval | Call, wait: Command, moves: Moves) -> Any:
+        # On a cluster both commands name the key's primary as their target: the pipeline
+        # sends a node's commands together, in order, on one of its connections.
+        # redis-py leaves the cluster pipeline untyped; Any keeps mypy from flagging each call
         client: Any = self.client
-        for _ in range(2):
-            try:
-                return await client.evalsha_ro(script.sha, len(op.keys), *op.keys, *op.args)
-            except NoScriptError:  # the server restarted or failed over
-                await client.script_load(script.script)
-        return await client.evalsha_ro(script.sha, len(op.keys), *op.keys, *op.args)
-
-    async def _pipeline(self, ops: Sequence[Eval | Call]) -> builtins.list[Any]:
-        pipe = self.client.pipeline(transaction=False)
-        for one in ops:
-            pipe.execute_command(*pipelined(self._scripts, one, self._read_only))
-        return await pipe.execute(raise_on_error=False)
-
-    async def _execute_each(self, op: Each, moves: Moves) -> builtins.list[Any]:
-        flow, reply = each_rounds(self, op, moves), None
-        client: Any = self.client
+        cluster = isinstance(client, AsyncRedisCluster)
+        flow = durable_rounds(op, self._seam, self.durability, wait, moves, cluster)
+        to: dict[str, Any] = {}
+        reply: Any = None
         while True:
             try:
                 step = flow.send(reply)
             except StopIteration as done:
-                return done.value  # type: ignore[no-any-return]
+                return done.value
             reply = None
-            if isinstance(step, Pipeline):
-                reply = await self._pipeline(step.ops)
-            elif isinstance(step, LoadScripts):
-                for name in step.names:
-                    await client.script_load(self._scripts[name].script)
+            if isinstance(step, Durably):
+                asked = None
+                if cluster:
+                    await client.initialize()
+                    asked = step.asked and client.get_node(*step.asked)
+                    if step.asked and asked is None:  # a node the client has not heard of yet
+                        await client.nodes_manager.initialize()
+                    to = {"target_nodes": asked or client.get_node_from_key(step.key)}
+                pipe = client.pipeline() if cluster else client.pipeline(transaction=False)
+                if asked:
+                    pipe.execute_command("ASKING", **to)
+                for command in step.commands:
+                    pipe.execute_command(*command, **to)
+                if cluster:
+                    replies = await pipe.execute(raise_on_error=False, allow_redirections=False)
+                else:
+                    replies = await pipe.execute(raise_on_error=False)
+                reply = replies[-2:]
+            elif isinstance(step, LoadThere):
+                await client.execute_command("SCRIPT", "LOAD", step.source, **to)
+            elif isinstance(step, Relearn):
+                if step.moved is None:
+                    await client.nodes_manager.initialize()
+                else:
+                    await client.nodes_manager.move_slot(step.moved)
             else:
                 await asyncio.sleep(step.seconds)
-
-    async def _execute_durably(
-        self, op: Eval | Call, wait: tuple[str | int, ...], moves: Moves
-    ) -> Any:
-        # WAIT/WAITAOF count the writes of their own connection, so the write and the wait go
-        # down one connection, pipelined: one round trip. On a cluster both name the key's
-        # primary as their target: the pipeline sends a node's commands together, in order, on
-        # one of its connections. A redirection means the write did not run (the WAIT's count
-        # is then meaningless): both are sent again where the slot now is.
-        key: Any = op.keys[0] if isinstance(op, Eval) else op.args[1]
-        # redis-py leaves the cluster pipeline untyped; Any keeps mypy from flagging each call
-        client: Any = self.client
-        cluster = isinstance(client, AsyncRedisCluster)
-        node: Any = None
-        asking = False
-        loads = 0
-        while True:
-            if cluster:
-                await client.initialize()
-                node = node if asking else client.get_node_from_key(key)
-            to = {"target_nodes": node} if cluster else {}
-            pipe = client.pipeline() if cluster else client.pipeline(transaction=False)
-            if asking:
-                pipe.execute_command("ASKING", **to)
-            if isinstance(op, Eval):
-                script = self._scripts[op.script]
-                pipe.execute_command("EVALSHA", script.sha, len(op.keys), *op.keys, *op.args, **to)
-            else:
-                pipe.execute_command(*op.args, **to)
-            pipe.execute_command(*wait, **to)
-            if cluster:
-                replies = await pipe.execute(raise_on_error=False, allow_redirections=False)
-            else:
-                replies = await pipe.execute(raise_on_error=False)
-            reply, ack = replies[-2:]
-            asking = False
-            if isinstance(reply, NoScriptError) and isinstance(op, Eval) and loads < 2:
-                loads += 1
-                # the server restarted or failed over
-                await client.execute_command("SCRIPT", "LOAD", script.script, **to)
-                continue
-            if cluster and isinstance(reply, MovedError):
-                await asyncio.sleep(moves.wait(reply, key))
-                await client.nodes_manager.move_slot(reply)
-                continue
-            if cluster and isinstance(reply, AskError):
-                await asyncio.sleep(moves.wait(reply, key))
-                node = client.get_node(reply.host, reply.port)
-                if node is None:  # a node the client has not heard of yet
-                    await client.nodes_manager.initialize()
-                asking = node is not None
-                continue
-            if cluster and not isinstance(reply, Exception) and is_demoted(ack):
-                # the node turned replica while WAIT waited (a failover): the write may be on
-                # the promoted replica, but nothing acknowledged it; sent again where the slot
-                # is now, it is (writes are idempotent)
-                await asyncio.sleep(moves.wait(ack, key))
-                await client.nodes_manager.initialize()
-                continue
-            if isinstance(reply, Exception):
-                raise reply
-            if isinstance(ack, Exception):
-                raise ack
-            self.durability.check_ack(ack)
-            return reply
 
     async def _run(self, flow: Flow[T]) -> T:
         if self.server_version is None:

@@ -21,10 +21,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from redis.cluster import RedisCluster
 from redis.exceptions import (
-    AskError,
     ClusterError,
-    MovedError,
-    NoScriptError,
     ResponseError,
     TryAgainError,
 )
@@ -38,27 +35,20 @@ from ._base import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     DEFAULT_PREFIX,
     DEFAULT_RETRIES,
-    LoadScripts,
-    Pipeline,
     StreamSaverBase,
     check_client,
     client_options,
     config_readable,
-    each_rounds,
-    key_of,
-    needs_read_only,
     page_limit,
-    pipelined,
     probe_options,
-    script_command,
-    what,
 )
 from ._chain import ChainCheck
+from ._connection import HeldConnection
 from ._durability import DurabilityMode
-from ._errors import InvalidInputError, connect_error, translate, unavailable
+from ._errors import InvalidInputError, connect_error, unavailable
 from ._history import delta_channel_history
 from ._migrate import Migrated, migrate_keys, reindex_threads
-from ._moves import DEFAULT_SLOT_MOVE_TIMEOUT_S, Moves, is_demoted, is_moving, scan_plan
+from ._moves import DEFAULT_SLOT_MOVE_TIMEOUT_S, Moves, is_moving, scan_plan
 from ._ops import Call, Each, Eval, Flow, Op, Replay, ScanLogs, T, drive, iterate
 from ._projection import Applied
 from ._scripts import SOURCES
@@ -70,6 +60,19 @@ from ._tail import (
     GroupReader,
     Report,
     ThreadTail,
+)
+from ._transport import (
+    Command,
+    Durably,
+    LoadThere,
+    Relearn,
+    durable_rounds,
+    key_of,
+    only,
+    raise_translated,
+    rounds,
+    run,
+    what,
 )
 from .events import FeedCursor, ProjectorLag, SkippedEvent, ThreadDeletion, ThreadEvent, ThreadInfo
 from .tailing import ConsumerGroup, Tail, TailAll, default_consumer_name
@@ -132,10 +135,11 @@ class RedisStreamSaver(StreamSaverBase):
         )
         self.client = client
         self._ops.read_config = config_readable(client)
+        # redis-py's Script objects, for a caller that pipelines scripts itself (a benchmark's
+        # bulk fill); the saver sends through _transport's Scripts
         self._scripts = {name: client.register_script(src) for name, src in SOURCES.items()}
-        # set at the first NOPERM of a read-only script: the user may only read (_base.py)
-        self._read_only = False
         self._projections.cluster = isinstance(client, RedisCluster)
+        self._held = HeldConnection.of(client)
         self.server_version: tuple[int, ...] | None = None
 
     @classmethod
@@ -221,24 +225,40 @@ class RedisStreamSaver(StreamSaverBase):
         while True:
             try:
                 if isinstance(op, Each):
-                    return self._execute_each(op, moves)
-                write = not isinstance(op, ScanLogs) and op.write
-                wait = self.durability.command() if write else None
+                    return self._rounds(op.ops, moves)
+                if isinstance(op, ScanLogs):
+                    return self._scan_logs(op, moves)
+                wait = self.durability.command() if op.write else None
                 if wait is not None:
-                    return self._execute_durably(op, wait, moves)  # type: ignore[arg-type]
-                if isinstance(op, Eval):
-                    return self._eval(op)
-                if isinstance(op, Call):
-                    return self.client.execute_command(*op.args)  # type: ignore[no-untyped-call]
-                return self._scan_logs(op, moves)
+                    return self._execute_durably(op, wait, moves)
+                return only(self._rounds((op,), moves))
             except (ResponseError, ClusterError) as exc:
-                if isinstance(exc, ResponseError) and not is_moving(exc):
-                    raise translate(exc) from exc
                 if not is_moving(exc):
-                    raise
+                    raise_translated(exc)
                 time.sleep(moves.wait(exc, key_of(op)))
             except (RedisConnectionError, RedisTimeoutError) as exc:
                 raise unavailable(exc) from exc
+
+    def _rounds(self, ops: Sequence[Eval | Call], moves: Moves) -> builtins.list[Any]:
+        client: Any = self.client
+        flow = rounds(ops, self._seam, moves)
+        return run(flow, self._send, client.script_load, time.sleep)
+
+    def _send(self, commands: Sequence[Command]) -> builtins.list[Any]:
+        if self._held is not None:
+            replies = self._held.send(self.client, commands)
+            if replies is not None:
+                return replies
+        if len(commands) == 1:
+            # one command skips the pipeline object: the common case of a graph's calls
+            try:
+                return [self.client.execute_command(*commands[0])]  # type: ignore[no-untyped-call]
+            except (ResponseError, ClusterError) as exc:
+                return [exc]
+        pipe = self.client.pipeline(transaction=False)
+        for command in commands:
+            pipe.execute_command(*command)
+        return pipe.execute(raise_on_error=False)
 
     def _scan_logs(self, op: ScanLogs, moves: Moves) -> builtins.list[Any]:
         # redis-py leaves these untyped; Any keeps mypy from flagging every call
@@ -267,29 +287,6 @@ class RedisStreamSaver(StreamSaverBase):
             moved = TryAgainError(f"the cluster layout changed during a SCAN for {op.pattern!r}")
             time.sleep(moves.wait(moved))
 
-    def _eval(self, op: Eval) -> Any:
-        script = self._scripts[op.script]
-        if script_command(op, self._read_only) == "EVALSHA":
-            try:
-                return script(keys=list(op.keys), args=list(op.args))
-            except ResponseError as exc:
-                if not needs_read_only(op, exc, self._read_only):
-                    raise
-                self._read_only = True
-        client: Any = self.client
-        for _ in range(2):
-            try:
-                return client.evalsha_ro(script.sha, len(op.keys), *op.keys, *op.args)
-            except NoScriptError:  # the server restarted or failed over
-                client.script_load(script.script)
-        return client.evalsha_ro(script.sha, len(op.keys), *op.keys, *op.args)
-
-    def _pipeline(self, ops: Sequence[Eval | Call]) -> builtins.list[Any]:
-        pipe = self.client.pipeline(transaction=False)
-        for one in ops:
-            pipe.execute_command(*pipelined(self._scripts, one, self._read_only))
-        return pipe.execute(raise_on_error=False)
-
     def _views(self) -> dict[str, Any]:
         """Each primary's CLUSTER NODES (scan_plan)."""
         client: Any = self.client
@@ -298,78 +295,39 @@ class RedisStreamSaver(StreamSaverBase):
             for node in client.get_primaries()
         }
 
-    def _execute_each(self, op: Each, moves: Moves) -> builtins.list[Any]:
-        flow, reply = each_rounds(self, op, moves), None
+    def _execute_durably(self, op: Eval | Call, wait: Command, moves: Moves) -> Any:
+        # redis-py leaves these untyped; Any keeps mypy from flagging every call
         client: Any = self.client
+        cluster = isinstance(self.client, RedisCluster)
+        flow = durable_rounds(op, self._seam, self.durability, wait, moves, cluster)
+        node, reply = client, None
         while True:
             try:
                 step = flow.send(reply)
             except StopIteration as done:
-                return done.value  # type: ignore[no-any-return]
+                return done.value
             reply = None
-            if isinstance(step, Pipeline):
-                reply = self._pipeline(step.ops)
-            elif isinstance(step, LoadScripts):
-                for name in step.names:
-                    client.script_load(self._scripts[name].script)
+            if isinstance(step, Durably):
+                asked = step.asked and client.get_node(host=step.asked[0], port=step.asked[1])
+                if step.asked and asked is None:  # a node the client has not heard of yet
+                    client.nodes_manager.initialize()
+                if cluster:
+                    node = client.get_redis_connection(asked or client.get_node_from_key(step.key))
+                pipe = node.pipeline(transaction=False)
+                if asked:
+                    pipe.execute_command("ASKING")
+                for command in step.commands:
+                    pipe.execute_command(*command)
+                reply = pipe.execute(raise_on_error=False)[-2:]
+            elif isinstance(step, LoadThere):
+                node.script_load(step.source)
+            elif isinstance(step, Relearn):
+                if step.moved is None:
+                    client.nodes_manager.initialize()
+                else:
+                    client.nodes_manager.move_slot(step.moved)
             else:
                 time.sleep(step.seconds)
-
-    def _execute_durably(self, op: Eval | Call, wait: tuple[str | int, ...], moves: Moves) -> Any:
-        # WAIT/WAITAOF count the writes of their own connection, so the write and the wait go
-        # down one connection (the key's node, on a cluster), pipelined: one round trip. That
-        # connection is ours, not redis-py's routing: a redirection is followed here (the
-        # write did not run, so the WAIT's count is meaningless) and both go where the slot is.
-        key: Any = op.keys[0] if isinstance(op, Eval) else op.args[1]
-        # redis-py leaves these untyped; Any keeps mypy from flagging every call
-        client: Any = self.client
-        cluster = isinstance(self.client, RedisCluster)
-        asked: Any = None  # the importing node an ASK named
-        loads = 0
-        while True:
-            if cluster:
-                target = asked or client.get_node_from_key(key)
-                node: Any = client.get_redis_connection(target)
-            else:
-                node = client
-            pipe = node.pipeline(transaction=False)
-            if asked is not None:
-                pipe.execute_command("ASKING")
-            if isinstance(op, Eval):
-                script = self._scripts[op.script]
-                pipe.execute_command("EVALSHA", script.sha, len(op.keys), *op.keys, *op.args)
-            else:
-                pipe.execute_command(*op.args)
-            pipe.execute_command(*wait)
-            reply, ack = pipe.execute(raise_on_error=False)[-2:]
-            asked = None
-            if isinstance(reply, NoScriptError) and isinstance(op, Eval) and loads < 2:
-                loads += 1
-                node.script_load(script.script)  # the server restarted or failed over
-                continue
-            if cluster and isinstance(reply, MovedError):
-                time.sleep(moves.wait(reply, key))
-                client.nodes_manager.move_slot(reply)
-                continue
-            if cluster and isinstance(reply, AskError):
-                time.sleep(moves.wait(reply, key))
-                asked = client.get_node(host=reply.host, port=reply.port)
-                if asked is None:  # a node the client has not heard of yet
-                    client.nodes_manager.initialize()
-                continue
-            if cluster and not isinstance(reply, Exception) and is_demoted(ack):
-                # the node turned replica while WAIT waited (a failover): the write may be on
-                # the promoted replica, but nothing acknowledged it; sent again where the slot
-                # is now, it is (writes are idempotent)
-                time.sleep(moves.wait(ack, key))
-                client.nodes_manager.initialize()
-                continue
-            if isinstance(reply, Exception):
-                raise reply
-            if isinstance(ack, Exception):
-                raise ack
-            self.durability.check_ack(ack)
-            return reply
 
     def _run(self, flow: Flow[T]) -> T:
         if self.server_version is None:

@@ -34,18 +34,20 @@ from collections.abc import (
     Sequence,
 )
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 from uuid import uuid4
 
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
-from redis.exceptions import AskError, MovedError, NoScriptError, ResponseError
+from redis.exceptions import AskError, MovedError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ._errors import SlotMovingError, unavailable
-from ._moves import Moves, is_demoted, is_moving
+from ._errors import unavailable
+from ._moves import Moves, is_demoted
+from ._ops import Call, Eval
 from ._tail import (
+    SCRIPTS,
     Batch,
     Block,
     Command,
@@ -57,11 +59,9 @@ from ._tail import (
     ThreadTail,
     script_source,
 )
+from ._transport import Command as TransportCommand
+from ._transport import Scripts, Step, arun, rounds, run
 from .events import Delivery, FeedCursor, ThreadEvent
-
-if TYPE_CHECKING:
-    from .aio import AsyncRedisStreamSaver
-    from .saver import RedisStreamSaver
 
 __all__ = [
     "AsyncConsumerGroup",
@@ -73,44 +73,41 @@ __all__ = [
     "default_consumer_name",
 ]
 
+
+class Saver(Protocol):
+    """What a tail takes from its saver (either shell): tailing imports no saver, the savers
+    import tailing."""
+
+    client: Any
+    slot_move_timeout_s: float
+
+
 T = TypeVar("T", ThreadEvent, Delivery)
 R = TypeVar("R")
 _GRACE_S = 5.0  # a blocking read's timeout is its block time plus this
 _NETWORK = (RedisConnectionError, RedisTimeoutError)
 
 
-def _fill(client: Any, calls: Sequence[Command | ScriptCall], scripts: dict[str, Any]) -> Any:
-    """A pipeline (not a transaction) of a batch's calls, scripts by their SHA."""
-    pipe = client.pipeline(transaction=False)
-    for call in calls:
-        if isinstance(call, ScriptCall):
-            sha = scripts[call.name].sha
-            pipe.execute_command("EVALSHA", sha, len(call.keys), *call.keys, *call.args)
-        else:
-            pipe.execute_command(*call)
-    return pipe
-
-
-def _unloaded(calls: Sequence[Command | ScriptCall], replies: Sequence[Any]) -> list[int]:
-    """Where a script was missing (a new, restarted or failed-over server). They are sent again
-    in one pipeline once each script is loaded: one round trip each would stall a reader for
-    as many turns of a busy event loop."""
+def _ops(calls: Sequence[Command | ScriptCall]) -> list[Eval | Call]:
+    """A batch's calls as the transport core's operations."""
     return [
-        i
-        for i, (call, reply) in enumerate(zip(calls, replies, strict=True))
-        if isinstance(call, ScriptCall) and isinstance(reply, NoScriptError)
+        Eval(call.name, call.keys, call.args) if isinstance(call, ScriptCall) else Call(call)
+        for call in calls
     ]
 
 
-def _key(call: Command | ScriptCall) -> str | None:
-    """The key a call's slot is found by, for an error message to name."""
-    if isinstance(call, ScriptCall):
-        return call.keys[0] if call.keys else None
-    return call[1] if len(call) > 1 and isinstance(call[1], str) else None
+def _flow(op: Batch, scripts: Scripts, move_timeout_s: float) -> Generator[Step, Any, list[Any]]:
+    """A batch's rounds: replies as the server gave them, for the reader core to judge, and
+    a slot that never settled reported as each stopped call's reply, not raised."""
+    moves = Moves(move_timeout_s, "a tail's pipelined read")
+    return rounds(_ops(op.calls), scripts, moves, translate_errors=False, give_up_as_value=True)
 
 
-def _moving(replies: Sequence[Any], todo: Sequence[int]) -> list[int]:
-    return [i for i in todo if is_moving(replies[i])]
+def _pipeline(client: Any, commands: Sequence[TransportCommand]) -> Any:
+    pipe = client.pipeline(transaction=False)
+    for command in commands:
+        pipe.execute_command(*command)
+    return pipe
 
 
 def _unblocked(args: Command) -> Command:
@@ -139,14 +136,11 @@ class _Dedicated:
 
 
 class _SyncIO:
-    def __init__(self, saver: RedisStreamSaver) -> None:
+    def __init__(self, saver: Saver) -> None:
         self.client: Any = saver.client
         self.cluster = isinstance(saver.client, RedisCluster)
         self.move_timeout_s = saver.slot_move_timeout_s
-        self.scripts = {
-            name: saver.client.register_script(script_source(name))
-            for name in ("group_claim", "group_leave")
-        }
+        self.scripts = Scripts({name: script_source(name) for name in SCRIPTS})
         self.dedicated: dict[str, _Dedicated] = {}
         self.stopped = threading.Event()
         self.lock = threading.Lock()
@@ -161,36 +155,14 @@ class _SyncIO:
         return None
 
     def batch(self, op: Batch) -> list[Any]:
-        replies: list[Any] = [None] * len(op.calls)
-        todo = list(range(len(op.calls)))
-        moves = Moves(self.move_timeout_s, "a tail's pipelined read")
-        while todo:
-            calls = [op.calls[i] for i in todo]
-            try:
-                got: list[Any] = _fill(self.client, calls, self.scripts).execute(
-                    raise_on_error=False
-                )
-                missing = _unloaded(calls, got)
-                if missing:
-                    for name in {calls[i].name for i in missing}:  # type: ignore[union-attr]
-                        self.client.script_load(self.scripts[name].script)
-                    again = _fill(self.client, [calls[i] for i in missing], self.scripts)
-                    for i, reply in zip(missing, again.execute(raise_on_error=False), strict=True):
-                        got[i] = reply
-            except _NETWORK as exc:
-                raise unavailable(exc) from exc
-            for i, reply in zip(todo, got, strict=True):
-                replies[i] = reply
-            # a slot in motion: those calls did not run; sent again, alone, after a pause
-            todo = _moving(replies, todo)
-            if todo:
-                try:
-                    self.stopped.wait(moves.wait(replies[todo[0]], _key(op.calls[todo[0]])))
-                except SlotMovingError as exc:
-                    for i in todo:
-                        replies[i] = exc
-                    break
-        return replies
+        flow = _flow(op, self.scripts, self.move_timeout_s)
+        try:
+            return run(flow, self._send, self.client.script_load, self.stopped.wait)
+        except _NETWORK as exc:
+            raise unavailable(exc) from exc
+
+    def _send(self, commands: Sequence[TransportCommand]) -> list[Any]:
+        return _pipeline(self.client, commands).execute(raise_on_error=False)  # type: ignore[no-any-return]
 
     def _connection(self, key: str | None) -> _Dedicated:
         if self.cluster:
@@ -481,7 +453,7 @@ class Tail(_ThreadTailView, _SyncDriven[ThreadEvent]):
     event handed over (or skipped): ``saver.tail(thread_id, after=position)`` resumes exactly
     after it. ``skipped`` counts events reported and skipped."""
 
-    def __init__(self, saver: RedisStreamSaver, core: ThreadTail) -> None:
+    def __init__(self, saver: Saver, core: ThreadTail) -> None:
         self._core = core
         super().__init__(_SyncIO(saver), core.run())
 
@@ -490,7 +462,7 @@ class TailAll(_FeedTailView, _SyncDriven[ThreadEvent]):
     """``saver.tail_all(...)``: every thread's events, through the feeds. ``cursor`` is where
     it is (after the last event handed over): ``saver.tail_all(after=cursor)`` resumes."""
 
-    def __init__(self, saver: RedisStreamSaver, core: FeedTail) -> None:
+    def __init__(self, saver: Saver, core: FeedTail) -> None:
         self._core = core
         super().__init__(_SyncIO(saver), core.run())
 
@@ -502,7 +474,7 @@ class ConsumerGroup(_GroupView, _SyncDriven[Delivery]):
     ``max_deliveries`` times is parked. ``close()`` leaves the group: the member is deleted
     unless entries are still pending for it (``kept_on`` says on how many feeds)."""
 
-    def __init__(self, saver: RedisStreamSaver, core: GroupReader) -> None:
+    def __init__(self, saver: Saver, core: GroupReader) -> None:
         self._core = core
         self._kept = [0]
         io = _SyncIO(saver)
@@ -560,14 +532,11 @@ def _raise_swallowed_cancel() -> None:
 
 
 class _AsyncIO:
-    def __init__(self, saver: AsyncRedisStreamSaver) -> None:
+    def __init__(self, saver: Saver) -> None:
         self.client: Any = saver.client
         self.cluster = isinstance(saver.client, AsyncRedisCluster)
         self.move_timeout_s = saver.slot_move_timeout_s
-        self.scripts = {
-            name: saver.client.register_script(script_source(name))
-            for name in ("group_claim", "group_leave")
-        }
+        self.scripts = Scripts({name: script_source(name) for name in SCRIPTS})
         self.dedicated: dict[str, _Dedicated] = {}
         self.stopped = threading.Event()
         self.blocked: _Dedicated | None = None
@@ -586,37 +555,14 @@ class _AsyncIO:
         return reply
 
     async def batch(self, op: Batch) -> list[Any]:
-        replies: list[Any] = [None] * len(op.calls)
-        todo = list(range(len(op.calls)))
-        moves = Moves(self.move_timeout_s, "a tail's pipelined read")
-        while todo:
-            calls = [op.calls[i] for i in todo]
-            try:
-                got: list[Any] = await _fill(self.client, calls, self.scripts).execute(
-                    raise_on_error=False
-                )
-                missing = _unloaded(calls, got)
-                if missing:
-                    for name in {calls[i].name for i in missing}:  # type: ignore[union-attr]
-                        await self.client.script_load(self.scripts[name].script)
-                    again = _fill(self.client, [calls[i] for i in missing], self.scripts)
-                    retried = await again.execute(raise_on_error=False)
-                    for i, reply in zip(missing, retried, strict=True):
-                        got[i] = reply
-            except _NETWORK as exc:
-                raise unavailable(exc) from exc
-            for i, reply in zip(todo, got, strict=True):
-                replies[i] = reply
-            # a slot in motion: those calls did not run; sent again, alone, after a pause
-            todo = _moving(replies, todo)
-            if todo:
-                try:
-                    await self._nap(moves.wait(replies[todo[0]], _key(op.calls[todo[0]])))
-                except SlotMovingError as exc:
-                    for i in todo:
-                        replies[i] = exc
-                    break
-        return replies
+        flow = _flow(op, self.scripts, self.move_timeout_s)
+        try:
+            return await arun(flow, self._send, self.client.script_load, self._nap)
+        except _NETWORK as exc:
+            raise unavailable(exc) from exc
+
+    async def _send(self, commands: Sequence[TransportCommand]) -> list[Any]:
+        return await _pipeline(self.client, commands).execute(raise_on_error=False)  # type: ignore[no-any-return]
 
     async def _nap(self, seconds: float) -> None:
         deadline = time.monotonic() + seconds
@@ -866,7 +812,7 @@ class _AsyncDriven(Generic[T]):
 class AsyncTail(_ThreadTailView, _AsyncDriven[ThreadEvent]):
     """``saver.atail(...)``: the asyncio twin of ``Tail``."""
 
-    def __init__(self, saver: AsyncRedisStreamSaver, core: ThreadTail) -> None:
+    def __init__(self, saver: Saver, core: ThreadTail) -> None:
         self._core = core
         super().__init__(_AsyncIO(saver), core.run())
 
@@ -874,7 +820,7 @@ class AsyncTail(_ThreadTailView, _AsyncDriven[ThreadEvent]):
 class AsyncTailAll(_FeedTailView, _AsyncDriven[ThreadEvent]):
     """``saver.atail_all(...)``: the asyncio twin of ``TailAll``."""
 
-    def __init__(self, saver: AsyncRedisStreamSaver, core: FeedTail) -> None:
+    def __init__(self, saver: Saver, core: FeedTail) -> None:
         self._core = core
         super().__init__(_AsyncIO(saver), core.run())
 
@@ -882,7 +828,7 @@ class AsyncTailAll(_FeedTailView, _AsyncDriven[ThreadEvent]):
 class AsyncConsumerGroup(_GroupView, _AsyncDriven[Delivery]):
     """``saver.aconsumer_group(...)``: the asyncio twin of ``ConsumerGroup``."""
 
-    def __init__(self, saver: AsyncRedisStreamSaver, core: GroupReader) -> None:
+    def __init__(self, saver: Saver, core: GroupReader) -> None:
         self._core = core
         self._kept = [0]
         super().__init__(_AsyncIO(saver), core.run())

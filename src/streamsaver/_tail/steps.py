@@ -1,0 +1,87 @@
+"""What a reader core yields and is sent: the steps of tailing, its scripts and defaults."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from functools import cache
+from importlib.resources import files
+from typing import Any
+
+from .._codec import Field
+from ..events import Delivery, SkippedEvent, ThreadEvent
+
+DEFAULT_BLOCK_MS = 1000
+DEFAULT_COUNT = 100
+DEFAULT_DISCOVER_MS = 1000
+DEFAULT_POLL_MS = 50
+SWEEP_SLICES = 16  # periodic probes for new feeds each name 1/16 of the slots
+
+# What a tailing client sends (acl.py's roles include them): read-only tails need the first
+# line, consumer groups the rest. No CLIENT command: stop() closes the tail's own connection.
+TAIL_COMMANDS: tuple[str, ...] = (
+    "xread", "xrange", "xrevrange", "exists",
+    "xreadgroup", "xgroup|create", "xgroup|destroy", "xack", "evalsha", "script|load",
+    # what lua/group_*.lua call
+    "xpending", "xautoclaim", "xinfo|consumers", "xgroup|delconsumer", "xadd",
+)  # fmt: skip
+
+Command = tuple[Field | int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ScriptCall:
+    """One of the tail scripts (lua/group_*.lua), by name; in a ``Batch``."""
+
+    name: str
+    keys: tuple[str, ...]
+    args: tuple[Field | int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """Non-blocking commands, pipelined on the saver's client (one round trip per node).
+    The reply is a list in order, with a server error as an exception value in its place.
+    ``own``: reads the reader may send down its own connection instead, when it has one to a
+    standalone server (it idles between blocking reads); that skips the pool on the way from
+    a blocking read's reply to the events it announced."""
+
+    calls: tuple[Command | ScriptCall, ...]
+    own: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    """One blocking read on the reader's own connection (to the node serving ``key`` on a
+    cluster). The reply is the raw reply, ``None`` on timeout, or a server error as a value."""
+
+    args: Command
+    key: str | None
+    block_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Pause:
+    """Wait before the next round (an idle poll); a stop ends it at once."""
+
+    ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Deliver:
+    item: ThreadEvent | Delivery
+
+
+TailOp = Batch | Block | Pause
+TailFlow = Generator[TailOp | Deliver, Any, None]
+Step = Generator[TailOp, Any, Any]
+Report = Callable[[SkippedEvent], None]
+
+SCRIPTS = ("group_claim", "group_leave")
+
+
+@cache
+def script_source(name: str) -> str:
+    if name not in SCRIPTS:
+        raise KeyError(name)
+    return (files("streamsaver") / "lua" / f"{name}.lua").read_text(encoding="utf-8")

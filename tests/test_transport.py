@@ -1,0 +1,305 @@
+"""The transport: auto-pipelined asyncio calls (_pipelining.py) against a real server, and the
+I/O-free rounds core (_transport.py) that every shell drives."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import redis
+import redis.asyncio as aredis
+from langgraph.checkpoint.base import Checkpoint, empty_checkpoint
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import NoScriptError, ResponseError
+
+from streamsaver import AsyncRedisStreamSaver, RedisStreamSaver
+from streamsaver._durability import Durability, DurabilityError
+from streamsaver._moves import Moves
+from streamsaver._ops import Call, Eval
+from streamsaver._pipelining import AutoPipeline
+from streamsaver._transport import (
+    Durably,
+    LoadScripts,
+    LoadThere,
+    Pause,
+    Pipeline,
+    Relearn,
+    Scripts,
+    durable_rounds,
+    rounds,
+)
+
+
+def _checkpoint(saver: Any, n: int) -> Checkpoint:
+    checkpoint = empty_checkpoint()
+    checkpoint["channel_values"] = {"n": n}
+    checkpoint["channel_versions"] = {"n": saver.get_next_version(None)}
+    return checkpoint
+
+
+@pytest.fixture
+async def client(redis_url: str) -> AsyncIterator[aredis.Redis]:
+    client = aredis.Redis.from_url(redis_url)
+    yield client
+    await client.aclose()
+
+
+def _connections(client: aredis.Redis) -> int:
+    pool: Any = client.connection_pool
+    return len(pool._available_connections) + len(pool._in_use_connections)
+
+
+async def test_concurrent_calls_share_one_connection_and_get_their_own_replies(
+    client: aredis.Redis, prefix: str
+) -> None:
+    pipe = AutoPipeline(client)
+    key = f"{prefix}:counter"
+    replies = await asyncio.gather(*(pipe.send([("INCR", key), ("ECHO", i)]) for i in range(200)))
+    counts = [r[0] for r in replies]
+    assert sorted(counts) == list(range(1, 201))  # each INCR answered once
+    assert [r[1] for r in replies] == [str(i).encode() for i in range(200)]  # in order
+    assert _connections(client) == 1  # one write, one pooled connection
+
+
+async def test_a_server_error_is_the_reply_of_its_own_command_only(
+    client: aredis.Redis, prefix: str
+) -> None:
+    pipe = AutoPipeline(client)
+    key = f"{prefix}:s"
+    await client.set(key, "text")
+    before, bad, after = await asyncio.gather(
+        pipe.send([("GET", key)]),
+        pipe.send([("ECHO", "x"), ("HSET", key, "f", "v"), ("ECHO", "y")]),
+        pipe.send([("GET", key)]),
+    )
+    assert before == after == [b"text"]
+    assert bad[0] == b"x" and bad[2] == b"y"
+    assert isinstance(bad[1], ResponseError) and "WRONGTYPE" in str(bad[1])
+
+
+async def test_a_cancelled_caller_does_not_shift_anyone_elses_reply(
+    client: aredis.Redis, prefix: str
+) -> None:
+    pipe = AutoPipeline(client)
+    slow = asyncio.ensure_future(pipe.send([("BLPOP", f"{prefix}:none", "0.3")]))
+    other = asyncio.ensure_future(pipe.send([("ECHO", "mine")]))
+    await asyncio.sleep(0.05)  # both written, the BLPOP blocks the connection
+    slow.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await slow
+    assert await other == [b"mine"]
+    # the BLPOP's nil reply was read and dropped, not handed to the next caller
+    assert await pipe.send([("ECHO", "next")]) == [b"next"]
+    assert await asyncio.gather(*(pipe.send([("ECHO", i)]) for i in range(5))) == [
+        [str(i).encode()] for i in range(5)
+    ]
+
+
+async def test_with_retries_a_killed_connection_is_replaced_and_the_call_resent(
+    redis_url: str,
+) -> None:
+    client = aredis.Redis.from_url(redis_url, retry=Retry(NoBackoff(), 1))
+    try:
+        pipe = AutoPipeline(client)
+        [own] = await pipe.send([("CLIENT", "ID")])
+        with redis.Redis.from_url(redis_url) as admin:
+            assert admin.client_kill_filter(_id=own) == 1
+        [again] = await pipe.send([("CLIENT", "ID")])
+        assert again != own
+    finally:
+        await client.aclose()
+
+
+async def test_without_retries_a_lost_connection_fails_the_call_then_recovers(
+    client: aredis.Redis,
+    redis_url: str,
+) -> None:
+    # as redis-py's own execute_command does with the client's default (no) retries
+    pipe = AutoPipeline(client)
+    [own] = await pipe.send([("CLIENT", "ID")])
+    with redis.Redis.from_url(redis_url) as admin:
+        assert admin.client_kill_filter(_id=own) == 1
+    with pytest.raises(redis.ConnectionError):
+        await pipe.send([("PING",)])
+    assert await pipe.send([("PING",)]) == [True]
+
+
+async def test_concurrent_savers_calls_on_one_connection(
+    async_saver: AsyncRedisStreamSaver,
+) -> None:
+    async def step(i: int) -> None:
+        config: Any = {"configurable": {"thread_id": f"t{i}", "checkpoint_ns": ""}}
+        checkpoint = _checkpoint(async_saver, i)
+        versions = checkpoint["channel_versions"]
+        saved = await async_saver.aput(config, checkpoint, {"step": i}, versions)
+        await async_saver.aput_writes(saved, [("n", i + 1)], "task")
+        got = await async_saver.aget_tuple(saved)
+        assert got is not None and got.checkpoint["channel_values"]["n"] == i
+        assert got.pending_writes == [("task", "n", i + 1)]
+
+    await asyncio.gather(*(step(i) for i in range(64)))
+    assert _connections(async_saver.client) == 1
+
+
+def test_rounds_load_missing_scripts_once_and_resend_only_those() -> None:
+    scripts = Scripts({"a": "return 1", "b": "return 2"})
+    ops = [Eval("a", ("k",), ()), Call(("GET", "k")), Eval("b", ("k",), ()), Eval("a", ("j",), ())]
+    flow = rounds(ops, scripts, Moves(1.0, "test"))
+    first = next(flow)
+    assert isinstance(first, Pipeline) and first.commands[1] == ("GET", "k")
+    assert first.commands[0][:2] == ("EVALSHA", scripts.shas["a"])
+    missing = NoScriptError("NOSCRIPT No matching script")
+    load = flow.send([missing, b"v", 2, missing])
+    assert isinstance(load, LoadScripts) and load.sources == ["return 1"]  # once, not twice
+    again = flow.send(None)
+    assert isinstance(again, Pipeline) and [c[3] for c in again.commands] == ["k", "j"]
+    with pytest.raises(StopIteration) as done:
+        flow.send([1, 1])
+    assert done.value.value == [1, b"v", 2, 1]
+
+
+def test_rounds_resend_only_what_met_a_moving_slot() -> None:
+    scripts = Scripts({})
+    ops = [Call(("GET", "a")), Call(("GET", "b"))]
+    flow = rounds(ops, scripts, Moves(1.0, "test"))
+    next(flow)
+    pause = flow.send([b"1", redis.exceptions.TryAgainError("TRYAGAIN")])
+    assert isinstance(pause, Pause) and pause.seconds > 0
+    again = flow.send(None)
+    assert isinstance(again, Pipeline) and again.commands == [("GET", "b")]
+    with pytest.raises(StopIteration) as done:
+        flow.send([b"2"])
+    assert done.value.value == [b"1", b"2"]
+
+
+def test_a_sync_saver_keeps_one_connection_and_threads_never_wait_for_it(
+    sync_saver: RedisStreamSaver,
+) -> None:
+    client: Any = sync_saver.client
+    pool = client.connection_pool
+    sync_saver.setup()
+    assert len(pool._in_use_connections) == 1  # held between calls, not checked back in
+    errors: list[BaseException] = []
+
+    def steps(n: int) -> None:
+        try:
+            for i in range(30):
+                config: Any = {"configurable": {"thread_id": f"s{n}", "checkpoint_ns": ""}}
+                checkpoint = _checkpoint(sync_saver, i)
+                versions = checkpoint["channel_versions"]
+                saved = sync_saver.put(config, checkpoint, {"step": i}, versions)
+                got = sync_saver.get_tuple(saved)
+                assert got is not None and got.checkpoint["channel_values"]["n"] == i
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=steps, args=(n,)) for n in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert errors == []
+    # busy threads went through the pool: it lent more than the one held
+    assert len(pool._available_connections) + len(pool._in_use_connections) > 1
+
+
+def test_a_held_connection_the_server_closed_is_replaced_before_use(
+    sync_saver: RedisStreamSaver, redis_url: str
+) -> None:
+    held: Any = sync_saver._held
+    client = sync_saver.client
+    [own] = held.send(client, [("CLIENT", "ID")])
+    with redis.Redis.from_url(redis_url) as admin:
+        assert admin.client_kill_filter(_id=own) == 1
+    [again] = held.send(client, [("CLIENT", "ID")])
+    assert again != own
+    client.close()  # closes the held connection with the pool's
+    assert held.conn._sock is None
+    assert held.send(client, [("PING",)]) == [True]
+
+
+def test_savers_on_one_client_share_one_kept_connection(redis_url: str, prefix: str) -> None:
+    client = redis.Redis.from_url(redis_url)  # redis-py's default pool: 100 connections
+    try:
+        savers = [RedisStreamSaver(client, prefix=f"{prefix}:{n}") for n in range(150)]
+        for saver in savers:
+            saver.setup()
+        assert len({id(saver._held) for saver in savers}) == 1
+        assert len(client.connection_pool._in_use_connections) == 1  # type: ignore[attr-defined]
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize(
+    "pool",
+    [
+        lambda url: redis.BlockingConnectionPool.from_url(url, max_connections=50),
+        lambda url: redis.ConnectionPool.from_url(url, max_connections=2),
+    ],
+    ids=["blocking", "small"],
+)
+def test_a_tightly_sized_pool_lends_the_saver_nothing_to_keep(
+    redis_url: str, prefix: str, pool: Any
+) -> None:
+    client = redis.Redis(connection_pool=pool(redis_url))
+    try:
+        saver = RedisStreamSaver(client, prefix=prefix)
+        saver.setup()
+        assert saver._held is None
+        # every connection went back: the pool can lend all of them again at once
+        size = 50 if isinstance(client.connection_pool, redis.BlockingConnectionPool) else 2
+        taken = [client.connection_pool.get_connection() for _ in range(size)]
+        for conn in taken:
+            client.connection_pool.release(conn)
+    finally:
+        client.connection_pool.disconnect()  # a pool passed in is not closed with the client
+
+
+def _durable(op: Eval | Call, cluster: bool = True) -> Any:
+    durability = Durability("replicated", 1, 100)
+    wait = durability.command()
+    assert wait is not None
+    scripts = Scripts({"append": "return 1"})
+    return durable_rounds(op, scripts, durability, wait, Moves(1.0, "test"), cluster)
+
+
+def test_a_durable_write_follows_moved_and_ask_then_checks_the_ack() -> None:
+    flow = _durable(Eval("append", ("{t}:log",), ("x",), write=True))
+    first = next(flow)
+    assert isinstance(first, Durably) and first.key == "{t}:log" and first.asked is None
+    assert first.commands[1] == ("WAIT", 1, 100)  # with the write, on its connection
+    moved = redis.exceptions.MovedError("3999 127.0.0.1:7001")
+    assert isinstance(flow.send([moved, 0]), Pause)  # MOVED: no wait, the node is known
+    relearn = flow.send(None)
+    assert isinstance(relearn, Relearn) and relearn.moved is moved
+    again = flow.send(None)
+    assert isinstance(again, Durably) and again.asked is None
+    ask = redis.exceptions.AskError("3999 127.0.0.2:7002")
+    assert isinstance(flow.send([ask, 0]), Pause)
+    asked = flow.send(None)
+    assert isinstance(asked, Durably) and asked.asked == ("127.0.0.2", 7002)
+    load = flow.send([NoScriptError("NOSCRIPT"), 0])
+    assert isinstance(load, LoadThere) and load.source == "return 1"
+    last = flow.send(None)
+    assert isinstance(last, Durably) and last.asked is None  # ASKING allows one command
+    with pytest.raises(DurabilityError):  # no replica acknowledged
+        flow.send([b"ok", 0])
+
+
+def test_a_durable_write_on_a_demoted_node_is_sent_again_after_relearning() -> None:
+    flow = _durable(Call(("XADD", "{t}:log", "*", "f", "v"), write=True))
+    next(flow)
+    demoted = ResponseError(
+        "UNBLOCKED force unblock from blocking operation, instance state changed"
+    )
+    assert isinstance(flow.send([b"1-0", demoted]), Pause)
+    relearn = flow.send(None)
+    assert isinstance(relearn, Relearn) and relearn.moved is None
+    assert isinstance(flow.send(None), Durably)
+    with pytest.raises(StopIteration) as done:
+        flow.send([b"1-1", 1])
+    assert done.value.value == b"1-1"
