@@ -168,6 +168,7 @@ def test_live_members_share_the_work_each_event_once(
     handled: dict[str, list[tuple[str, str]]] = {"a": [], "b": []}
     lock = threading.Lock()
     done = threading.Event()
+    took = {"a": threading.Event(), "b": threading.Event()}
 
     def work(member: Any, name: str) -> None:
         for delivery in member:
@@ -175,6 +176,10 @@ def test_live_members_share_the_work_each_event_once(
                 handled[name].append((delivery.event.thread_id, delivery.event.id))
                 if sum(map(len, handled.values())) == 64:
                     done.set()
+            took[name].set()
+            # a busy member leaves new events to the other live one: hold the first delivery
+            # until the other takes one, or a loaded machine lets one member read them all
+            took["b" if name == "a" else "a"].wait(10)
             member.ack(delivery)
 
     readers = [in_thread(lambda m=m, n=n: work(m, n)) for m, n in zip(members, "ab", strict=True)]  # type: ignore[misc]
