@@ -57,7 +57,10 @@ def test_replicated_writes_survive_failover_to_the_replica(
 ) -> None:
     primary, replica = primary_and_replica
     client = redis.Redis.from_url(primary.url, retry=None)
-    saver = RedisStreamSaver(client, prefix="d", durability="replicated", replicas=1)
+    # a loaded CI machine can take over a second to ack; the failing path has its own tests
+    saver = RedisStreamSaver(
+        client, prefix="d", durability="replicated", replicas=1, durability_timeout_ms=10_000
+    )
     graph = _graph(saver)
     config: Any = {"configurable": {"thread_id": "g"}, "recursion_limit": 10 * STEPS}
     graph.invoke({"count": 0, "seen": []}, config, durability="sync")
@@ -103,7 +106,11 @@ async def test_async_saver_waits_for_replicas_too(
 ) -> None:
     primary, replica = primary_and_replica
     async with AsyncRedisStreamSaver.from_conn_string(
-        primary.url, prefix="a", durability="replicated", replicas=1
+        primary.url,
+        prefix="a",
+        durability="replicated",
+        replicas=1,
+        durability_timeout_ms=10_000,  # a loaded machine can take over a second to ack
     ) as saver:
         cp = generate_checkpoint(channel_values={"n": 1}, channel_versions={"n": 1})
         config: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
