@@ -4,6 +4,7 @@ and the one boundary where an exception becomes one line on stderr and an exit c
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -65,11 +66,22 @@ class ThreadNotFoundError(StreamSaverError):
     """The command line was given a thread id that has no log and no deletion record."""
 
 
+def reflow(doc: str | None) -> str:
+    """A docstring as help that rich can wrap to the terminal: typer's rich mode keeps every
+    newline of a paragraph, so a docstring wrapped at 95 columns prints ragged. Paragraphs
+    with an indented line (examples, tables) keep their lines."""
+    paragraphs = inspect.cleandoc(doc or "").split("\n\n")
+    return "\n\n".join(
+        p if any(line.startswith(" ") for line in p.splitlines()) else " ".join(p.split("\n"))
+        for p in paragraphs
+    )
+
+
 def group(name: str, help: str, **options: Any) -> typer.Typer:
     """A command group: help wrapped by rich, completion off (only the root offers it)."""
     return typer.Typer(
         name=name,
-        help=help,
+        help=reflow(help),
         no_args_is_help=True,
         add_completion=False,
         rich_markup_mode="rich",
@@ -88,6 +100,7 @@ def add(target: typer.Typer, name: str, function: Callable[..., int], **options:
         if code:
             raise typer.Exit(code)
 
+    options.setdefault("help", reflow(function.__doc__))
     target.command(name, **options)(run)
 
 

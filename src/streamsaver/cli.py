@@ -27,6 +27,7 @@ from ._cli_common import (
     add,
     guarded,
     need_url,
+    reflow,
     require_threads,
 )
 from ._errors import InvalidInputError
@@ -93,7 +94,7 @@ def _root(
 
 def _app(help: str, epilog: str) -> typer.Typer:
     return typer.Typer(
-        help=help,
+        help=reflow(help),
         epilog=escape(epilog),
         no_args_is_help=True,
         rich_markup_mode="rich",
