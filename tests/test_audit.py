@@ -307,3 +307,21 @@ def test_the_command_line_shows_exports_and_verifies(
     sync_saver.delete_thread("linear-2")
     gone = _cli("history", "linear-2", *where)
     assert gone.returncode == 0 and "thread_deleted" in gone.stdout
+
+
+def test_history_pages_cover_the_log_newest_page_first(sync_saver: RedisStreamSaver) -> None:
+    """``history_page`` reads one page backwards from an event: the pages, read back to the
+    first, are ``history``, each event once."""
+    graphs.linear(sync_saver)
+    whole = list(sync_saver.history("linear-1"))
+    pages: list[Any] = []
+    before, more = None, True
+    while more:
+        events, more = sync_saver.history_page("linear-1", before=before, limit=2)
+        assert 1 <= len(events) <= 2
+        pages[:0] = events
+        before = events[0].id
+    assert pages == [e for e in whole if isinstance(e, ThreadEvent)] == whole
+    assert sync_saver.history_page("no-such-thread") == ([], False)
+    with pytest.raises(InvalidInputError, match=r"before must be an event id.*got '\$'"):
+        sync_saver.history_page("linear-1", before="$")

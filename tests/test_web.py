@@ -178,7 +178,9 @@ async def test_pages_render_threads_timeline_and_checkpoint(filled: AsyncRedisSt
         rows = (await h.get("/?fragment=rows&status=interrupted")).text
         assert "asks" in rows and "done" not in rows and "<html" not in rows
         thread = (await h.get("/thread", params={"thread_id": "asks"})).text
-        assert "audit chain ✓" in thread
+        # the badge is filled in by the page from /verify (tests/test_web_browser.py)
+        assert 'id="verify" data-src="/threads/asks/verify"' in thread
+        assert 'data-live="/threads/asks/events?after=' in thread and 'id="older"' not in thread
         assert thread.count('class="kind-checkpoint') == 3  # the input, plan's, act's
         assert 'class="kind-writes interrupt"' in thread
         latest = (await h.get("/threads/done/state")).json()["checkpoint"]["checkpoint_id"]
@@ -186,6 +188,46 @@ async def test_pages_render_threads_timeline_and_checkpoint(filled: AsyncRedisSt
         assert page.status_code == 200
         assert "~ items" in page.text and "act auto" in page.text
         assert (await h.get("/thread")).status_code == 400
+
+
+async def test_a_long_thread_opens_one_page_at_a_time(async_saver: AsyncRedisStreamSaver) -> None:
+    """The timeline reads one page of the log (newest first), not all of it: a thread of a
+    million events opened as slowly as its length. Older pages follow the "older events"
+    link, stay still, and together hold every event once."""
+    from streamsaver.web import _app
+
+    for _ in range(4):
+        await build(async_saver).ainvoke(START, conf("long"))
+    every = [e.id async for e in async_saver.ahistory("long")]
+    assert len(every) > 2 * 7
+    seen: list[str] = []
+    pages = 0
+    params: dict[str, str] = {"thread_id": "long"}
+    old, _app.TIMELINE = _app.TIMELINE, 7
+    try:
+        async with client(create_app(async_saver)) as h:
+            while True:
+                page = (await h.get("/thread", params=params)).text
+                pages += 1
+                ids = re.findall(r'<tr class="kind-[^"]*" data-id="([^"]+)"', page)
+                assert 1 <= len(ids) <= 7
+                assert ("data-live=" in page) == (pages == 1)
+                seen[:0] = ids
+                older = re.search(r'id="older" href="[^"]*before=([^"]+)"', page)
+                if older is None:
+                    break
+                params = {"thread_id": "long", "before": html.unescape(older.group(1))}
+            assert seen == every and pages == -(-len(every) // 7)
+            bad = await h.get("/thread", params={"thread_id": "long", "before": "x*"})
+            assert bad.status_code == 400 and "before must be an event id" in bad.text
+    finally:
+        _app.TIMELINE = old
+    events, more = await async_saver.ahistory_page("long", limit=3)
+    assert [e.id for e in events] == every[-3:] and more
+    events, more = await async_saver.ahistory_page("long", before=every[3], limit=10)
+    assert [e.id for e in events] == every[:3] and not more
+    with pytest.raises(InvalidInputError, match="limit must be an integer"):
+        await async_saver.ahistory_page("long", limit=0)
 
 
 async def test_forks_are_branches(async_saver: AsyncRedisStreamSaver) -> None:

@@ -441,6 +441,13 @@ class AsyncRedisStreamSaver(StreamSaverBase):
         async for event in aiterate(flow, self._execute):
             yield event
 
+    async def ahistory_page(
+        self, thread_id: str, *, before: str | None = None, limit: int = 200
+    ) -> tuple[builtins.list[ThreadEvent | SkippedEvent], bool]:
+        if self.server_version is None:
+            await self.asetup()
+        return await self._run(audit.page(self._ops, thread_id, self.serde, before, limit))
+
     async def averify_chain(self, thread_id: str) -> ChainCheck:
         return await self._run(audit.verify_chain(self._ops, thread_id))
 

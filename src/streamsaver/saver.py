@@ -442,6 +442,16 @@ class RedisStreamSaver(StreamSaverBase):
             self.setup()
         return iterate(audit.history(self._ops, thread_id, self.serde, values), self._execute)
 
+    def history_page(
+        self, thread_id: str, *, before: str | None = None, limit: int = 200
+    ) -> tuple[builtins.list[ThreadEvent | SkippedEvent], bool]:
+        """A page of the thread's events for a person: the ``limit`` before event id
+        ``before`` (the newest without it), oldest first, forks marked within the page, and
+        whether older events exist (pass the page's first id as ``before`` for them)."""
+        if self.server_version is None:
+            self.setup()
+        return self._run(audit.page(self._ops, thread_id, self.serde, before, limit))
+
     def verify_chain(self, thread_id: str) -> ChainCheck:
         """Walk the thread's digest chain and check its events' references: ``.ok``, or
         ``.problem``, the first event altered, removed or moved, and ``.references``, those that

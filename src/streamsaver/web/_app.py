@@ -43,6 +43,7 @@ TOKEN_ENV = "STREAMSAVER_TOKEN"
 HERE = Path(__file__).parent
 PAGE = 50
 LATEST = 8  # events read per row: enough to find the node behind the last checkpoint
+TIMELINE = 300  # events on one page of a thread's timeline
 RUNNING_MS = 10_000
 
 
@@ -469,11 +470,15 @@ class _Routes:
 
     async def thread_page(self, request: Request) -> Response:
         thread_id = _required(request, "thread_id")
+        before = request.query_params.get("before") or None
         saver = await self.console.saver()
+        # one page of the log, not all of it: a million-event thread opens as fast as a short
+        # one, and the audit badge is fetched by the page itself (it walks the whole chain)
+        events, older = await saver.ahistory_page(thread_id, before=before, limit=TIMELINE)
         timeline = _views.Timeline()
-        async for event in saver.ahistory(thread_id):
+        for event in events:
             timeline.add(event)
-        if not timeline.events and not timeline.skipped:
+        if not events and before is None:
             raise HTTPException(404, f"no thread {thread_id!r}")
         found = await saver.aget_tuple(RunnableConfig(configurable={"thread_id": thread_id}))
         return self._page(
@@ -481,9 +486,12 @@ class _Routes:
             "thread.html",
             thread_id=thread_id,
             timeline=timeline,
-            last_id=timeline.events[-1]["id"] if timeline.events else "0",
+            # an older page stays as it is; the newest one appends what happens next
+            live=before is None,
+            last_id=events[-1].id if events else "0",
+            older=events[0].id if older and events else None,
+            newer=before is not None,
             pending=_views.state_view(found, None)["pending_writes"] if found else [],
-            verify=await self._verify(thread_id),
             deletions=await saver.adeletions(thread_id),
         )
 

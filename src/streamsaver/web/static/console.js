@@ -48,9 +48,32 @@
     });
   }
 
+  // Thread: the audit badge, fetched after the page shows (verifying walks the whole chain).
+  const badge = document.getElementById("verify");
+  if (badge) {
+    fetch(badge.dataset.src, { credentials: "same-origin" })
+      .then((r) => (r.ok ? r.json() : Promise.reject(new Error("HTTP " + r.status))))
+      .then((v) => {
+        const refs = (v.references || []).join(", ");
+        badge.classList.add(v.ok ? "ok" : "bad");
+        badge.textContent = v.ok ? `audit chain ✓ ${v.events} events` : `audit chain ✗ ${v.problem || refs}`;
+        badge.title = v.ok ? `${v.events} events, head ${v.head}` : `${v.problem || ""} ${refs}`;
+        if (v.unchecked) {
+          const note = document.createElement("span");
+          note.className = "note";
+          note.textContent = v.unchecked;
+          badge.after(note);
+        }
+      })
+      .catch((err) => {
+        badge.classList.add("bad");
+        badge.textContent = "audit chain: not verified (" + err.message + ")";
+      });
+  }
+
   // Thread: new events appended to the timeline.
   const timeline = document.getElementById("timeline");
-  if (timeline) {
+  if (timeline && timeline.dataset.live) {
     listen(timeline.dataset.live, (e) => {
       if (timeline.querySelector(`tr[data-id="${CSS.escape(e.id)}"]`)) return;
       const row = document.createElement("tr");
