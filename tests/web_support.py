@@ -51,7 +51,7 @@ def free_port() -> int:
 
 
 class Served:
-    """``streamsaver.web.serve`` in a subprocess on a fixed port, so it can be killed and
+    """``streamsaver serve`` in a subprocess on a fixed port, so it can be killed and
     started again at the same address."""
 
     def __init__(self, url: str, prefix: str, token: str | None = None) -> None:
@@ -63,14 +63,10 @@ class Served:
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        code = (
-            "import sys; from streamsaver.web import serve; "
-            "serve(sys.argv[1], port=int(sys.argv[2]), prefix=sys.argv[3])"
-        )
+        # the command the README shows: streamsaver serve URL
+        command = ["serve", self.url, "--port", str(self.port), "--prefix", self.prefix]
         env = {**os.environ, "STREAMSAVER_TOKEN": self.token or ""}
-        self.process = subprocess.Popen(
-            [sys.executable, "-c", code, self.url, str(self.port), self.prefix], env=env
-        )
+        self.process = subprocess.Popen([sys.executable, "-m", "streamsaver", *command], env=env)
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             try:

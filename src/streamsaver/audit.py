@@ -169,7 +169,9 @@ def page(
         raise reply
     newest_first = list(entries(reply))
     timeline = Timeline(serde)
-    events = [timeline.event(log, i, f or {}) for i, f in reversed(newest_first[:limit])]
+    events = [
+        timeline.event(log, i, list((f or {}).items())) for i, f in reversed(newest_first[:limit])
+    ]
     return events, len(newest_first) > limit
 
 

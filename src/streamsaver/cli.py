@@ -195,6 +195,9 @@ def doctor(
 
 
 def serve(
+    target: Annotated[
+        str | None, typer.Argument(metavar="URL", help="the server (default: --url)")
+    ] = None,
     url: Url = None,
     prefix: Prefix = DEFAULT_PREFIX,
     host: Annotated[str, typer.Option(help="the address to listen on")] = "127.0.0.1",
@@ -217,7 +220,7 @@ def serve(
         raise InvalidInputError(
             f"the web console is not installed ({exc}): pip install 'streamsaver[web]'"
         ) from None
-    web.serve(url, host=host, port=port, token=token, prefix=prefix)
+    web.serve(target or url, host=host, port=port, token=token, prefix=prefix)
     return 0
 
 
