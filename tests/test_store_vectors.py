@@ -39,11 +39,11 @@ def _ft_searches(client: redis.Redis) -> int:
     return int(stats.get("cmdstat_FT.SEARCH", {}).get("calls", 0))
 
 
-def _docs(client: redis.Redis, store: RedisStreamStore) -> list[bytes]:
-    assert store._ops.vectors is not None
-    reply = client.execute_command(
-        "FT.SEARCH", store._ops.vectors.name, "*", "NOCONTENT", "LIMIT", 0, 10_000
-    )
+def _docs(client: redis.Redis, index: RedisStreamStore | str) -> list[bytes]:
+    if isinstance(index, RedisStreamStore):
+        assert index._ops.vectors is not None
+        index = index._ops.vectors.name
+    reply = client.execute_command("FT.SEARCH", index, "*", "NOCONTENT", "LIMIT", 0, 10_000)
     ids = reply[b"results"] if isinstance(reply, dict) else reply[1:]
     return [d[b"id"] if isinstance(d, dict) else d for d in ids]
 
@@ -136,7 +136,9 @@ def test_same_results_as_the_exact_path_and_in_memory(
             ref.put(ns, key, value)
         for ns_prefix, query, filter_, limit, offset in queries:
             kw = {"query": query, "filter": filter_, "limit": limit, "offset": offset}
+            asked = _ft_searches(client)
             got = _rows(indexed.search(ns_prefix, **kw))
+            assert _ft_searches(client) > asked
             assert got == _rows(exact.search(ns_prefix, **kw))
             assert got == _rows(ref.search(ns_prefix, **kw))
     finally:
@@ -323,6 +325,22 @@ def test_tenants(stack: redis.Redis, prefix: str) -> None:
             with pytest.raises(redis.exceptions.NoPermissionError):
                 tenant.execute_command(command, f"{prefix}:x")
         tenant.close()
+        # why no role has FT.CREATE: the server checks the new index's name against the
+        # user's patterns, never its PREFIX, so the index reads another tenant's documents
+        rules = [*users["searcher"], "+ft.create"]
+        stack.execute_command("ACL", "SETUSER", f"{prefix}-creator", "on", ">pw", *rules)
+        creator = redis.Redis(host=host, port=port, username=f"{prefix}-creator", password="pw")
+        spy = f"{prefix}:{{spy}}"
+        creator.execute_command(
+            "FT.CREATE", spy, "ON", "HASH", "PREFIX", 1, f"{other}:", "SCHEMA", "m", "TAG"
+        )
+        # the index fills from the existing keys in the background
+        deadline = time.monotonic() + 30
+        while not _docs(creator, spy) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _docs(creator, spy)  # another tenant's documents
+        stack.execute_command("FT.DROPINDEX", spy)
+        creator.close()
         # a user without the FT commands: the exact path, the same answer
         plain = redis.Redis(host=host, port=port, username=f"{prefix}-plain", password="pw")
         store = RedisStreamStore(plain, prefix=prefix, index=INDEX)
@@ -334,7 +352,7 @@ def test_tenants(stack: redis.Redis, prefix: str) -> None:
         assert admin[prefix].verify()[2] == []  # its writes kept the documents
         plain.close()
     finally:
-        for name in ("searcher", "plain"):
+        for name in ("searcher", "plain", "creator"):
             stack.execute_command("ACL", "DELUSER", f"{prefix}-{name}")
         for p in admin:
             _drop_index(stack, p)
