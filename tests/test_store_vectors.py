@@ -160,6 +160,7 @@ def test_many_items_pages_and_filters(pair: tuple[RedisStreamStore, RedisStreamS
             _same(pair, ref, prefix, query=query, limit=7, offset=40)
             # a filter most items fail: the index is asked again for more
             _same(pair, ref, prefix, query=query, filter={"n": 4}, limit=10)
+    assert pair[0].search(("big",), query="tea", limit=0) == []
     # fewer scored items than the page: the unscored follow, from the exact path
     pair[0].put(("big", "0"), "plain", {"text": "no vector"}, index=False)
     ref.put(("big", "0"), "plain", {"text": "no vector"}, index=False)

@@ -386,6 +386,8 @@ class StoreOperations:
         same items, order and scores. A page the vectors cannot fill (items without vectors
         follow, unscored) is the exact path's."""
         assert self.vectors is not None and self.index is not None
+        if op.limit == 0:
+            return []
         wanted = op.offset + op.limit
         prefix = _joined(op.namespace_prefix)
         k = max(2 * wanted, 16)
@@ -443,14 +445,13 @@ class StoreOperations:
             if isinstance(reply, Exception):
                 raise _lost(reply)
         page = self._pages([op], reads, replies, embedded)[0]
-        rows = [row for _, (_, row, _) in page if row[3] is None]
-        if rows:
-            bucket_rows: dict[int, builtins.list[Any]] = {}
-            for _, (member, row, _) in page:
-                if row[3] is None:
-                    bucket = store_bucket(_joined(_split_member(member)[0]))
-                    bucket_rows.setdefault(bucket, []).append(row)
-            yield from self._values(bucket_rows)
+        unread: dict[int, builtins.list[Any]] = {}
+        for _, (member, row, _) in page:
+            if row[3] is None:
+                bucket = store_bucket(_joined(_split_member(member)[0]))
+                unread.setdefault(bucket, []).append(row)
+        if unread:
+            yield from self._values(unread)
         return page
 
     def _put_args(

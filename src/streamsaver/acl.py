@@ -100,8 +100,9 @@ def acl_rules(
     """ACL rules allowing exactly what ``role`` does under ``prefix``, on its keys only.
     Servers before 7.2 reject rules for commands they lack (WAITAOF), and only 7.0 and later
     know read-only key patterns (the reader and projector roles): give the server's version.
-    ``search``: also the Store's search through the server's vector index (a server with
-    RediSearch or Redis 8's Query Engine; others reject rules for the FT commands)."""
+    ``search``: also the Store's search through the server's vector index, for the saver
+    role (a server with RediSearch or Redis 8's Query Engine; others reject rules for the FT
+    commands)."""
     prefix = validate_prefix(prefix)
     if any(c in prefix for c in _SPACES):
         # the server refuses a rule holding whitespace (ACL files are split on it), and no
@@ -127,7 +128,8 @@ def acl_rules(
         base = keys[: -len("*")]
         writable = [f"~{base}*}}:{kind}" for kind in SLOT_KINDS if kind != "audit"]
         patterns, commands = [f"%R~{keys}", *writable], PROJECTOR_COMMANDS
-    if search and role != "projector":
+    if search and role == "saver":
+        # not the reader's: FT.SEARCH declares its index name read-write, which %R~ refuses
         commands = (*commands, *SEARCH_COMMANDS)
     if tuple(server_version) < _WAITAOF:
         commands = tuple(c for c in commands if c not in ("waitaof", "client|setinfo"))

@@ -145,8 +145,8 @@ def acl(
     search: Annotated[
         bool,
         typer.Option(
-            help="also the Store's search through the server's vector index (FT.SEARCH, "
-            "FT.INFO: a server with RediSearch or Redis 8)"
+            help="saver role: also the Store's search through the server's vector index "
+            "(FT.SEARCH, FT.INFO: a server with RediSearch or Redis 8)"
         ),
     ] = False,
 ) -> int:
