@@ -265,6 +265,14 @@ def test_setup_on_existing_data_and_idempotent(stack: redis.Redis, prefix: str) 
         indexed.setup()
         assert len(_docs(stack, indexed)) == 20
         _same((indexed, before), ref, ("old",), query="older note 3", limit=5)
+        # the index dropped under it (its documents kept): the exact path, the same answer;
+        # setup() makes it again, and its first search already sees every document
+        want = _rows(ref.search(("old",), query="older note 3", limit=5))
+        stack.execute_command("FT.DROPINDEX", indexed._ops.vectors.name)
+        assert _rows(indexed.search(("old",), query="older note 3", limit=5)) == want
+        assert indexed._ops.vectors is None
+        indexed.setup()
+        _same((indexed, before), ref, ("old",), query="older note 3", limit=5)
         # a store whose dims differ is refused, naming the remedy
         other = RedisStreamStore(stack, prefix=prefix, index={"dims": 8, "embed": fake_embed})
         with pytest.raises(InvalidUsageError, match=r"FT\.DROPINDEX"):

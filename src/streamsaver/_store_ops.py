@@ -201,14 +201,17 @@ class StoreOperations:
                 if "already exists" not in str(made).lower():
                     raise made
                 (info,) = yield Each((Call(vectors.info()),))
-        if not isinstance(info, (Exception, bytes, str)):
-            vectors.check(info)
+        # A new index reads the documents already there in the background, and a search
+        # before it is done would miss some: a replay rewrites them, and RediSearch indexes a
+        # write at once. So every bucket is replayed unless the index is complete and the
+        # bucket keeps its documents already.
+        complete = not isinstance(info, Exception) and vectors.check(info)
         marks = yield Each(tuple(Call(("GET", k.ft)) for k in self._keys))
         dims = str(vectors.dims).encode()
         todo = [
             Eval("store_replay", k, (vectors.dims,), write=True)
             for k, mark in zip(self._keys, marks, strict=True)
-            if mark != dims
+            if mark != dims or not complete
         ]
         for reply in (yield Each(tuple(todo))) if todo else []:
             if isinstance(reply, Exception):
@@ -393,7 +396,14 @@ class StoreOperations:
         k = max(2 * wanted, 16)
         seen: dict[bytes, Any] = {}  # member -> (member, row, value), or None: dead, filtered
         while True:
-            docs = nearest((yield Call(self.vectors.search(prefix, query, k))))
+            (reply,) = yield Each((Call(self.vectors.search(prefix, query, k)),))
+            if isinstance(reply, Exception):
+                if not absent(reply):
+                    raise reply
+                # the index was dropped: the exact path, until setup() makes it again
+                self.vectors = None
+                return (yield from self._exact(op, embedded))
+            docs = nearest(reply)
             asked: dict[int, builtins.list[bytes]] = {}
             for member in dict.fromkeys(m for m, _ in docs if m not in seen):
                 bucket = store_bucket(_joined(_split_member(member)[0]))

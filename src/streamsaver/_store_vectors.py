@@ -48,9 +48,10 @@ class VectorIndex:
             "DIM", self.dims, "DISTANCE_METRIC", "COSINE",
         )  # fmt: skip
 
-    def check(self, info: Any) -> None:
+    def check(self, info: Any) -> bool:
         """Refuse an index of this name that is not the one ``create`` makes (other dims, or
-        made by hand): its candidates would not be the store's."""
+        made by hand): its candidates would not be the store's. Whether it is complete (not
+        still reading the keys that were there when it was made)."""
         found = _mapping(info)
         definition = _mapping(found.get("index_definition", []))
         attributes = map(_mapping, found.get("attributes", []))
@@ -68,6 +69,7 @@ class VectorIndex:
                 f"index['dims']={self.dims}): drop it (FT.DROPINDEX {self.name} DD) and call "
                 f"setup() again, or set dims to the model's size"
             )
+        return str(_text(found.get("indexing", 0))) in ("0", "0.0")
 
     def search(self, namespace_prefix: str, query: Sequence[float], k: int) -> tuple[Any, ...]:
         """The ``k`` nearest vectors under ``namespace_prefix`` ('' for all): the namespace
