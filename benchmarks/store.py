@@ -8,7 +8,9 @@ each call is timed C times on each, the stores taking turns call by call so a no
 all: ``put`` (an update of an existing item), ``get``, ``search`` of one namespace (limit 10),
 of the whole ``("mem",)`` prefix (limit 10) and with a filter, and ``list_namespaces``. Then V
 items with a D-dimension embedding (a deterministic fake: no model) go into a store of each
-kind with ``index=``, and ``search(query=..., limit=10)`` is timed: exact top-10 over V items.
+kind with ``index=``, and ``search(query=..., limit=10)`` is timed: exact top-10 over V items;
+with ``--stack``, also by a RedisStreamStore on the Stack, through the server's vector index
+(its top-10 compared with the exact path's).
 
 Peers: ``InMemoryStore`` (always), ``PostgresStore`` (``--pg``, a database it creates,
 without vectors unless pgvector is installed) and ``langgraph-checkpoint-redis``'s
@@ -52,6 +54,7 @@ CALLS: dict[str, Call] = {
     "list_namespaces": lambda s, i: s.list_namespaces(prefix=("mem",)),
 }
 VECTOR_CALL = "vector search top-10"
+INDEXED = "RedisStreamStore (Stack index)"
 WORDS = [
     "apple", "pear", "tea", "redis", "stream", "memory",
     "cat", "dog", "rust", "python", "graph", "node",
@@ -108,6 +111,16 @@ class Peers:
 
             tag = uuid.uuid4().hex[:6]
             stack_client = self.stack_.enter_context(redis.Redis.from_url(self.stack))
+            if index is not None:
+                # the same store on the Stack: its search goes through the server's index
+                indexed = RedisStreamStore(stack_client, prefix=f"bench-{tag}", index=index)
+                indexed.setup()
+                assert indexed._ops.vectors is not None, "the Stack has no usable RediSearch"
+                self.stack_.callback(_drop_index, stack_client, indexed._ops.vectors.name)
+                stores[INDEXED] = (
+                    indexed,
+                    lambda: int(stack_client.info("memory")["used_memory"]),
+                )
             peer = RedisStore(
                 stack_client, index=index, store_prefix=f"s{tag}", vector_prefix=f"v{tag}"
             )
@@ -149,6 +162,22 @@ class Peers:
         self.stack_.close()
 
 
+def _drop_index(client: redis.Redis, name: str) -> None:
+    client.execute_command("FT.DROPINDEX", name, "DD")
+
+
+def _same_results(stores: dict[str, BaseStore], queries: int = 20) -> bool:
+    """Whether the index's top-10 equals the exact path's (items, order, scores)."""
+
+    def rows(store: BaseStore, i: int) -> list[Any]:
+        found = store.search(("mem",), query=_text(i * 7919), limit=10)
+        return [(f.namespace, f.key, f.score) for f in found]
+
+    return all(
+        rows(stores[INDEXED], i) == rows(stores["RedisStreamStore"], i) for i in range(queries)
+    )
+
+
 def _timed(
     stores: dict[str, BaseStore], calls: dict[str, Call], n: int
 ) -> dict[str, dict[str, list[float]]]:
@@ -180,7 +209,7 @@ def _filled(
     return {name: s for name, (s, _) in opened.items()}, per_item
 
 
-def measure(args: argparse.Namespace, url: str) -> tuple[Any, Any, Any, Any]:
+def measure(args: argparse.Namespace, url: str) -> tuple[Any, Any, Any, Any, bool | None]:
     tracemalloc.start()
     peers = Peers(url, args.pg, args.stack)
     try:
@@ -191,10 +220,11 @@ def measure(args: argparse.Namespace, url: str) -> tuple[Any, Any, Any, Any]:
         vstores, vmemory = _filled(peers.open(index), args.vector_items, args.namespaces, _text)
         vsearch: Call = lambda s, i: s.search(("mem",), query=_text(i * 7919), limit=10)  # noqa: E731
         vtimes = _timed(vstores, {VECTOR_CALL: vsearch}, max(10, args.calls // 10))
+        same = _same_results(vstores) if INDEXED in vstores else None
     finally:
         peers.close()
         tracemalloc.stop()
-    return times, memory, vtimes, vmemory
+    return times, memory, vtimes, vmemory, same
 
 
 def _cell(times: list[float], base: list[float] | None) -> str:
@@ -235,12 +265,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dims", type=int, default=256, help="embedding size (default 256)")
     args = parser.parse_args(argv)
     with server(args.url) as url:
-        times, memory, vtimes, vmemory = measure(args, url)
+        times, memory, vtimes, vmemory, same = measure(args, url)
     print(f"{args.items} items of ~200 bytes in {args.namespaces} namespaces, {args.calls} calls")
     print("each; medians (p99), ratio to InMemoryStore's median in the same run\n")
     print("\n".join(table(times, memory, args.items)))
     print(f"\n{args.vector_items} items with {args.dims}-dimension embeddings (float vectors)\n")
     print("\n".join(table(vtimes, vmemory, args.vector_items)))
+    if same is not None:
+        print(f"\n{INDEXED}: top-10 equal to RedisStreamStore's exact path on 20 queries: {same}")
     return 0
 
 

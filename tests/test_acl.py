@@ -505,3 +505,12 @@ def test_migrate_keys_moves_the_old_layout_under_the_prefix_pattern(
             k.decode().startswith(start)
             for k in redis_client.scan_iter(match=f"{prefix}:*", count=1000)
         )
+
+
+def test_search_adds_only_the_index_commands_a_tenant_may_have() -> None:
+    assert "+ft.search" not in acl_rules("p", (7, 2))  # servers without the module refuse it
+    rules = acl_rules("p", (7, 2), search=True)
+    assert {"+ft.search", "+ft.info"} <= set(rules)
+    # FT.CREATE would let a tenant index another prefix's keys (tests/test_store_vectors.py)
+    assert not {"+ft.create", "+ft._list", "+ft.alter", "+ft.dropindex"} & set(rules)
+    assert "+ft.search" not in acl_rules("p", (7, 2), "reader", search=True)

@@ -104,7 +104,8 @@ def lp(text: str) -> str:
 
 # The Store's keys. A namespace (its labels joined by ".", which no label may hold) lives in one
 # of STORE_BUCKETS buckets, chosen by its CRC; a bucket's keys share the hash tag of a fixed slot,
-# ``<prefix>:{<slot tag>}:mlog|mix|mitem|mns|mexp|mvec`` (lua/store.lua says what each holds). Reads
+# ``<prefix>:{<slot tag>}:mlog|mix|mitem|mns|mexp|mvec|mft`` (lua/store.lua says what each
+# holds; with the server's vector index, also the documents ``...:mv:<sha1>:<j>``). Reads
 # across namespaces (prefix search, list_namespaces) visit every bucket: a fixed, small number
 # of keys, found without SCAN, spread evenly over the cluster's slots. The ``m`` suffixes are
 # distinct from a thread's ``log|ix|ptr`` and from every per-slot kind, so the tag may equal a
@@ -120,6 +121,7 @@ class StoreKeys(NamedTuple):
     ns: str
     exp: str
     vec: str
+    ft: str
 
 
 def store_bucket(namespace: str) -> int:
@@ -130,4 +132,5 @@ def store_keys(prefix: str, bucket: int) -> StoreKeys:
     from ._feed import SLOTS, slot_tag  # _feed imports this module
 
     base = f"{prefix}:{{{slot_tag(bucket * (SLOTS // STORE_BUCKETS))}}}:"
-    return StoreKeys(*(base + kind for kind in ("mlog", "mix", "mitem", "mns", "mexp", "mvec")))
+    kinds = ("mlog", "mix", "mitem", "mns", "mexp", "mvec", "mft")
+    return StoreKeys(*(base + kind for kind in kinds))

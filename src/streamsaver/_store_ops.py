@@ -41,6 +41,7 @@ from ._errors import DataLostError, InvalidInputError, PayloadTooLargeError
 from ._keys import STORE_BUCKETS, StoreKeys, lp, store_bucket, store_keys
 from ._ops import Call, Each, Eval, Flow, Replay
 from ._store_index import Embedded, StoreIndex
+from ._store_vectors import VectorIndex, absent, enough, nearest, unusable
 from .memory_events import MemoryEvent, StoreCursor, memory_event
 
 __all__ = ["StoreOperations", "check_ttl_config"]
@@ -139,6 +140,8 @@ class StoreOperations:
         self.ttl = ttl
 
         self._keys = [store_keys(prefix, b) for b in _all()]
+        # the server's vector index, once setup_vectors found it usable
+        self.vectors: VectorIndex | None = None
 
     def keys(self, bucket: int) -> StoreKeys:
         return self._keys[bucket]
@@ -176,17 +179,67 @@ class StoreOperations:
         self._validate(ops, None)
         return await self.index.aembed(ops)
 
+    def setup_vectors(self) -> Flow[bool]:
+        """Use the server's vector index if it has one (RediSearch, Redis 8): find or create
+        it, and have every bucket keep its documents (a replay of each bucket that does not
+        yet, which also sets its ``mft``). False, and the exact path, without ``index``, on a
+        cluster, without the module, or for a user without the ``FT`` commands (creating the
+        index takes ``FT.CREATE``, which a tenant must not have: docs/security.md)."""
+        if self.index is None or self.cluster:
+            return False
+        vectors = VectorIndex(self.prefix, self.index.dims, self._keys)
+        (info,) = yield Each((Call(vectors.info()),))
+        if isinstance(info, Exception):
+            if unusable(info):
+                return False
+            if not absent(info):
+                raise info
+            (made,) = yield Each((Call(vectors.create(), write=True),))
+            if isinstance(made, Exception):
+                if unusable(made):
+                    return False
+                if "already exists" not in str(made).lower():
+                    raise made
+                (info,) = yield Each((Call(vectors.info()),))
+        # A new index reads the documents already there in the background, and a search
+        # before it is done would miss some: a replay rewrites them, and RediSearch indexes a
+        # write at once. So every bucket is replayed unless the index is complete and the
+        # bucket keeps its documents already.
+        complete = not isinstance(info, Exception) and vectors.check(info)
+        marks = yield Each(tuple(Call(("GET", k.ft)) for k in self._keys))
+        dims = str(vectors.dims).encode()
+        todo = [
+            Eval("store_replay", k, (vectors.dims,), write=True)
+            for k, mark in zip(self._keys, marks, strict=True)
+            if mark != dims or not complete
+        ]
+        for reply in (yield Each(tuple(todo))) if todo else []:
+            if isinstance(reply, Exception):
+                raise reply
+        self.vectors = vectors
+        return True
+
     def batch(
         self, ops: Iterable[Op], embedded: Embedded | None = None
     ) -> Flow[builtins.list[Result]]:
         ops = builtins.list(ops)
         puts = self._validate(ops, embedded)
-        reads = _Reads(ops, self)
+        # searches with a query, when the server's vector index is used: asked one by one
+        nearest_ops = {
+            i
+            for i, op in enumerate(ops)
+            if isinstance(op, SearchOp) and op.query and embedded and self.vectors
+        }
+        reads = _Reads(ops, self, nearest_ops)
         replies = (yield Each(tuple(reads.evals))) if reads.evals else []
         for reply in replies:
             if isinstance(reply, Exception):
                 raise _lost(reply)
         pages = self._pages(ops, reads, replies, embedded)
+        for i in sorted(nearest_ops):
+            op = ops[i]
+            assert isinstance(op, SearchOp) and op.query and embedded
+            pages[i] = yield from self._nearest(op, embedded.queries[op.query], embedded)
         # the values of ranked pages, by the event ids the ranking saw (a snapshot: an event's
         # value never changes), in a second round trip
         wanted: dict[int, builtins.list[Any]] = {}
@@ -197,17 +250,7 @@ class StoreOperations:
                         row
                     )
         if wanted:
-            values = tuple(
-                Eval("store_read", (self.keys(b).log,), ("events", *(r[4] for r in rows)))
-                for b, rows in wanted.items()
-            )
-            for rows, reply in zip(wanted.values(), (yield Each(values)), strict=True):
-                if isinstance(reply, Exception):
-                    raise reply
-                for row, got in zip(rows, reply, strict=True):
-                    if not got:
-                        raise _lost(Exception(f"STREAMSAVER_STORE_LOST {_text(row[4])}"))
-                    row[2], row[3] = got
+            yield from self._values(wanted)
         results, touch = self._answer(ops, reads, replies, pages)
         head: tuple[Field | int, ...] = (0, "chain" if self.chain else "")
         writes = [
@@ -223,6 +266,20 @@ class StoreOperations:
                 if isinstance(reply, Exception):
                     raise reply
         return results
+
+    def _values(self, wanted: dict[int, builtins.list[Any]]) -> Flow[None]:
+        """Fill in the values of ranked rows (per bucket), by the event ids the ranking saw."""
+        values = tuple(
+            Eval("store_read", (self.keys(b).log,), ("events", *(r[4] for r in rows)))
+            for b, rows in wanted.items()
+        )
+        for rows, reply in zip(wanted.values(), (yield Each(values)), strict=True):
+            if isinstance(reply, Exception):
+                raise reply
+            for row, got in zip(rows, reply, strict=True):
+                if not got:
+                    raise _lost(Exception(f"STREAMSAVER_STORE_LOST {_text(row[4])}"))
+                row[2], row[3] = got
 
     def _validate(
         self, ops: Sequence[Op], embedded: Embedded | None
@@ -309,12 +366,11 @@ class StoreOperations:
                     refresh(get, bucket, _member(get.namespace, get.key), row)
         for i, (start, end) in reads.spans.items():
             op = ops[i]
-            rows = [row for reply in replies[start:end] for row in reply]
             if isinstance(op, ListNamespacesOp):
-                results[i] = _namespaces(op, rows)
-                continue
-            assert isinstance(op, SearchOp)  # spans hold only searches and listings
-            scored = pages[i]
+                results[i] = _namespaces(op, [row for reply in replies[start:end] for row in reply])
+        for i, scored in pages.items():
+            op = ops[i]
+            assert isinstance(op, SearchOp)  # pages are the searches'
             results[i] = [
                 self._item(*_split_member(member), row, SearchItem, value, score)
                 for score, (member, row, value) in scored
@@ -323,6 +379,90 @@ class StoreOperations:
                 namespace, _ = _split_member(member)
                 refresh(op, store_bucket(_joined(namespace)), member, row)
         return results, touch
+
+    def _nearest(
+        self, op: SearchOp, query: Sequence[float], embedded: Embedded
+    ) -> Flow[builtins.list[tuple[float | None, Any]]]:
+        """A ranked search's page through the server's vector index: the nearest documents,
+        more each round, until the candidates surely hold the page (``_store_vectors.enough``),
+        then ``StoreIndex.rank`` of those candidates, as the exact path ranks all items: the
+        same items, order and scores. A page the vectors cannot fill (items without vectors
+        follow, unscored) is the exact path's."""
+        assert self.vectors is not None and self.index is not None
+        if op.limit == 0:
+            return []
+        wanted = op.offset + op.limit
+        prefix = _joined(op.namespace_prefix)
+        k = max(2 * wanted, 16)
+        seen: dict[bytes, Any] = {}  # member -> (member, row, value), or None: dead, filtered
+        while True:
+            (reply,) = yield Each((Call(self.vectors.search(prefix, query, k)),))
+            if isinstance(reply, Exception):
+                if not absent(reply):
+                    raise reply
+                # the index was dropped: the exact path, until setup() makes it again
+                self.vectors = None
+                return (yield from self._exact(op, embedded))
+            docs = nearest(reply)
+            asked: dict[int, builtins.list[bytes]] = {}
+            for member in dict.fromkeys(m for m, _ in docs if m not in seen):
+                bucket = store_bucket(_joined(_split_member(member)[0]))
+                asked.setdefault(bucket, []).append(member)
+            reads = tuple(
+                Eval("store_read", (self.keys(b).log, self.keys(b).item), ("vecs", *members))
+                for b, members in asked.items()
+            )
+            for members, reply in zip(asked.values(), (yield Each(reads)) if reads else [],
+                                      strict=True):  # fmt: skip
+                if isinstance(reply, Exception):
+                    raise _lost(reply)
+                for member, row in zip(members, reply, strict=True):
+                    seen[member] = self._candidate(op, member, row)
+            # the exact path's candidate order: newest first, ties by the member's bytes
+            found = sorted((x for x in seen.values() if x), key=lambda x: (-int(x[1][1]), x[0]))
+            candidates = [(x, x[1][6]) for x in found]
+            ranked = self.index.rank(query, candidates, 0, wanted)
+            best = [score for score, _ in ranked if score is not None]
+            if len(docs) < k:
+                # every vector under the prefix seen: a short page needs the unscored items
+                if len(best) < wanted:
+                    return (yield from self._exact(op, embedded))
+                break
+            if enough(best, wanted, docs[-1][1]):
+                break
+            k *= 4
+        return self.index.rank(query, candidates, op.offset, op.limit)
+
+    def _candidate(self, op: SearchOp, member: bytes, row: Any) -> Any:
+        """A found item as the exact path's search holds it, None if it is gone, expired or
+        not what the filter asks."""
+        if not row:
+            return None
+        if not op.filter:
+            return (member, builtins.list(row), None)
+        value = self._value(row)
+        if all(_compare_values(value.get(k), v) for k, v in op.filter.items()):
+            return (member, builtins.list(row), value)
+        return None
+
+    def _exact(
+        self, op: SearchOp, embedded: Embedded
+    ) -> Flow[builtins.list[tuple[float | None, Any]]]:
+        """One search's page by the exact path, values read."""
+        reads = _Reads([op], self)
+        replies = yield Each(tuple(reads.evals))
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise _lost(reply)
+        page = self._pages([op], reads, replies, embedded)[0]
+        unread: dict[int, builtins.list[Any]] = {}
+        for _, (member, row, _) in page:
+            if row[3] is None:
+                bucket = store_bucket(_joined(_split_member(member)[0]))
+                unread.setdefault(bucket, []).append(row)
+        if unread:
+            yield from self._values(unread)
+        return page
 
     def _put_args(
         self, op: PutOp, writer: tuple[str, str, str], embedded: Embedded | None
@@ -406,8 +546,8 @@ class StoreOperations:
         ops = []
         for b in _all():
             keys = self.keys(b)
-            scratch = [k + ":verify" for k in keys[1:]]
-            ops.append(Eval("store_verify", (*keys, *scratch), (), write=True))
+            scratch = [k + ":verify" for k in keys[1:6]]
+            ops.append(Eval("store_verify", (*keys[:6], *scratch, keys.ft), (), write=True))
         applied = skipped = 0
         problems: builtins.list[str] = []
         for b, reply in zip(_all(), (yield Each(tuple(ops))), strict=True):
@@ -497,7 +637,7 @@ class StoreOperations:
 class _Reads:
     """A batch's reads: the scripts to pipeline, and which replies answer which operation."""
 
-    def __init__(self, ops: Sequence[Op], core: StoreOperations) -> None:
+    def __init__(self, ops: Sequence[Op], core: StoreOperations, skip: Iterable[int] = ()) -> None:
         self.evals: builtins.list[Eval] = []
         # bucket -> (its reply's index, the gets it answers)
         self.gets: dict[int, tuple[int, builtins.list[tuple[int, GetOp]]]] = {}
@@ -514,8 +654,11 @@ class _Reads:
             k = core.keys(bucket)
             members = [_member(op.namespace, op.key) for _, op in wanted]
             self.evals.append(Eval("store_read", (k.log, k.item), ("get", *members)))
+        skipped = set(skip)
         for i, op in enumerate(ops):
             start = len(self.evals)
+            if i in skipped:
+                continue
             if isinstance(op, SearchOp):
                 ranked = core.index is not None and bool(op.query)
                 if ranked and not op.filter:

@@ -25,7 +25,14 @@ from ._errors import InvalidInputError, UnsupportedServerError
 from ._feed import SLOT_KINDS
 from ._keys import key_pattern, validate_prefix
 
-__all__ = ["PROJECTOR_COMMANDS", "READER_COMMANDS", "ROLES", "SAVER_COMMANDS", "acl_rules"]
+__all__ = [
+    "PROJECTOR_COMMANDS",
+    "READER_COMMANDS",
+    "ROLES",
+    "SAVER_COMMANDS",
+    "SEARCH_COMMANDS",
+    "acl_rules",
+]
 
 # every role: server version and topology (redis-py's cluster client asks for the slots and
 # the command table), script loading, liveness
@@ -66,7 +73,16 @@ SAVER_COMMANDS: tuple[str, ...] = (
     "xtrim", "hsetnx", "pexpire", "pexpireat", "sadd", "hmget", "persist",
     # sliced rebuilds swap their scratch keys in; deletions free in the background
     "rename", "unlink",
+    # the Store's vector index: whether a bucket keeps its documents (lua/store.lua's mft)
+    "get", "set",
 )  # fmt: skip
+
+# the Store's search through the server's vector index (``search=True``): the index's name is
+# under the prefix's key pattern, which FT.SEARCH and FT.INFO check. Never FT.CREATE, FT.ALTER
+# or FT._LIST: FT.CREATE's PREFIX is not checked against the user's patterns, so a tenant able
+# to create an index could index, and read, another tenant's keys; the index is created by the
+# store's setup() run once as a user that may (docs/security.md)
+SEARCH_COMMANDS: tuple[str, ...] = ("ft.search", "ft.info")
 
 ROLES = ("saver", "reader", "projector")
 _WAITAOF = (7, 2)
@@ -75,11 +91,18 @@ _SPACES = " \t\n\v\f\r"  # what the server's isspace() refuses in a rule
 
 
 def acl_rules(
-    prefix: str, server_version: tuple[int, ...] = (7, 2), role: str = "saver"
+    prefix: str,
+    server_version: tuple[int, ...] = (7, 2),
+    role: str = "saver",
+    *,
+    search: bool = False,
 ) -> list[str]:
     """ACL rules allowing exactly what ``role`` does under ``prefix``, on its keys only.
     Servers before 7.2 reject rules for commands they lack (WAITAOF), and only 7.0 and later
-    know read-only key patterns (the reader and projector roles): give the server's version."""
+    know read-only key patterns (the reader and projector roles): give the server's version.
+    ``search``: also the Store's search through the server's vector index, for the saver
+    role (a server with RediSearch or Redis 8's Query Engine; others reject rules for the FT
+    commands)."""
     prefix = validate_prefix(prefix)
     if any(c in prefix for c in _SPACES):
         # the server refuses a rule holding whitespace (ACL files are split on it), and no
@@ -105,6 +128,9 @@ def acl_rules(
         base = keys[: -len("*")]
         writable = [f"~{base}*}}:{kind}" for kind in SLOT_KINDS if kind != "audit"]
         patterns, commands = [f"%R~{keys}", *writable], PROJECTOR_COMMANDS
+    if search and role == "saver":
+        # not the reader's: FT.SEARCH declares its index name read-write, which %R~ refuses
+        commands = (*commands, *SEARCH_COMMANDS)
     if tuple(server_version) < _WAITAOF:
         commands = tuple(c for c in commands if c not in ("waitaof", "client|setinfo"))
     if tuple(server_version) < (7, 0):

@@ -143,6 +143,13 @@ def acl(
             "7.2 for Valkey 8 and 9); WAITAOF only from 7.2",
         ),
     ] = "7.2",
+    search: Annotated[
+        bool,
+        typer.Option(
+            help="saver role: also the Store's search through the server's vector index "
+            "(FT.SEARCH, FT.INFO: a server with RediSearch or Redis 8)"
+        ),
+    ] = False,
 ) -> int:
     """Print the ACL SETUSER command for a least-privilege user of one prefix.
 
@@ -152,7 +159,7 @@ def acl(
     """
     from .acl import acl_rules
 
-    rules = acl_rules(prefix, _version(server_version), role.value)
+    rules = acl_rules(prefix, _version(server_version), role.value, search=search)
     words = ["ACL", "SETUSER", user, "on", ">" + "<password>", *rules]
     print(" ".join(map(_cli_word, words)))
     return 0

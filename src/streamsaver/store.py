@@ -169,8 +169,11 @@ class RedisStreamStore(_Store):
             client.close()
 
     def setup(self) -> None:
-        """Check the server (as the savers' ``setup``). Idempotent; the first call does it."""
+        """Check the server (as the savers' ``setup``), and with ``index`` use the server's
+        vector index when it has one (docs/store.md: created, and filled by a replay, the
+        first time). Idempotent."""
         self._saver.setup()
+        self._saver._run(self._ops.setup_vectors())
 
     def batch(self, ops: Iterable[Op]) -> builtins.list[Result]:
         ops = builtins.list(ops)
@@ -317,7 +320,9 @@ class AsyncRedisStreamStore(_Store):
             await client.aclose()
 
     async def asetup(self) -> None:
+        """See ``RedisStreamStore.setup``."""
         await self._saver.asetup()
+        await self._saver._run(self._ops.setup_vectors())
 
     async def abatch(self, ops: Iterable[Op]) -> builtins.list[Result]:
         ops = builtins.list(ops)

@@ -13,6 +13,14 @@
 --   KEYS[5] mexp  sorted set: score = expires (ms), member = lp(ns) .. key, items with a TTL
 --   KEYS[6] mvec  hash: lp(ns) .. key -> the item's embeddings (its event's vec), items that
 --                 have some: a ranked search reads them in one HGETALL per bucket
+--   KEYS[7] mft   string: the dims of the server's vector index (RediSearch), set by the store's
+--                 setup() on a server that has one; configuration, not derived. While it is
+--                 set, each vector of an item is also one HASH document of that index,
+--                 <prefix>:{tag}:mv:<sha1 of member>:<j> (j from 0), with v (the vector), p (the
+--                 sha1 of each namespace the item is under, comma separated: a prefix search is
+--                 one TAG match and no user data reaches a query) and m (the member). They are
+--                 not in KEYS (their names depend on the item): the setup uses them only on a
+--                 standalone server.
 -- A namespace is its labels joined by '.', which no label holds, so it is one string; lp()
 -- makes ns .. key prefix-free whatever either holds.
 --
@@ -48,8 +56,55 @@ local function now_us()
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
--- Apply one memory event to the indexes in keys (mix, mitem, mns, mexp, mvec); returns nil, or a
--- reason it was skipped (replay reports it; the writer never sends such an event).
+-- The vector index's dims when keys[6] (mft) says the documents are kept, else nil
+local function vector_dims(keys)
+  return keys[6] and tonumber(redis.call('GET', keys[6]) or '')
+end
+
+local function vector_doc(keys, member, j)
+  -- '<prefix>:{tag}:mft' -> '<prefix>:{tag}:mv:...': the index's key prefix of the bucket
+  return string.sub(keys[6], 1, -4) .. 'mv:' .. redis.sha1hex(member) .. ':' .. j
+end
+
+-- how many vectors of dims an item's vec holds: none for a vector of another size (an index
+-- since reconfigured), as the client's ranking counts it
+local function vector_count(vec, dims)
+  if not vec or vec == '' or #vec % (4 * dims) ~= 0 then
+    return 0
+  end
+  return #vec / (4 * dims)
+end
+
+-- 'sha1(a),sha1(a.b),...': every namespace prefix (as a search gives it) the item is under
+local function vector_tags(ns)
+  local tags, at = {}, 0
+  repeat
+    at = string.find(ns, '.', at + 1, true)
+    tags[#tags + 1] = redis.sha1hex(string.sub(ns, 1, (at or 0) - 1))
+  until not at
+  return table.concat(tags, ',')
+end
+
+local function vector_docs(keys, dims, member, vec)
+  local width, tags = 4 * dims, vector_tags((split_lp(member)))
+  local docs = {}
+  for j = 0, vector_count(vec, dims) - 1 do
+    docs[#docs + 1] = { vector_doc(keys, member, j), string.sub(vec, j * width + 1,
+                                                                (j + 1) * width), tags }
+  end
+  return docs
+end
+
+-- the item's documents, and any left past them (a hand edit), which verify reports as extra
+local function drop_vector_docs(keys, dims, member, vec)
+  local n, j = vector_count(vec, dims), 0
+  while redis.call('DEL', vector_doc(keys, member, j)) == 1 or j < n do
+    j = j + 1
+  end
+end
+
+-- Apply one memory event to the indexes in keys (mix, mitem, mns, mexp, mvec[, mft]); returns
+-- nil, or a reason it was skipped (replay reports it; the writer never sends such an event).
 local function store_apply(keys, eid, f)
   local mix, mitem, mns, mexp, mvec = keys[1], keys[2], keys[3], keys[4], keys[5]
   if f.dg then
@@ -80,6 +135,13 @@ local function store_apply(keys, eid, f)
     else
       redis.call('ZREM', mexp, member)
     end
+    local dims = vector_dims(keys)
+    if dims then
+      drop_vector_docs(keys, dims, member, redis.call('HGET', mvec, member))
+      for _, doc in ipairs(vector_docs(keys, dims, member, f.vec)) do
+        redis.call('HSET', doc[1], 'v', doc[2], 'p', doc[3], 'm', member)
+      end
+    end
     if f.vec and f.vec ~= '' then
       redis.call('HSET', mvec, member, f.vec)
     else
@@ -90,6 +152,10 @@ local function store_apply(keys, eid, f)
       redis.call('HDEL', mitem, member)
       redis.call('ZREM', mix, member)
       redis.call('ZREM', mexp, member)
+      local dims = vector_dims(keys)
+      if dims then
+        drop_vector_docs(keys, dims, member, redis.call('HGET', mvec, member))
+      end
       redis.call('HDEL', mvec, member)
       if redis.call('HINCRBY', mns, f.ns, -1) <= 0 then
         redis.call('HDEL', mns, f.ns)
@@ -131,10 +197,22 @@ local function store_refs(keys, eid, f)
   return nil
 end
 
--- Replay the whole of log into keys (emptied first): {applied, skipped, "<id> <reason>"...};
--- with refs, also the store_refs() problems, as "ref ..." lines
-local function store_replay_into(log, keys, refs)
-  redis.call('DEL', unpack(keys))
+-- Replay the whole of log into keys (emptied first; keys[6], mft, is kept): {applied, skipped,
+-- "<id> <reason>"...}; with refs, also the store_refs() problems, as "ref ..." lines
+-- set_dims: start keeping vector documents of that many dims (mft), atomically with the replay
+-- that writes them
+local function store_replay_into(log, keys, refs, set_dims)
+  local dims = vector_dims(keys)
+  if dims then
+    local vecs = redis.call('HGETALL', keys[5])
+    for i = 1, #vecs, 2 do
+      drop_vector_docs(keys, dims, vecs[i], vecs[i + 1])
+    end
+  end
+  redis.call('DEL', keys[1], keys[2], keys[3], keys[4], keys[5])
+  if set_dims then
+    redis.call('SET', keys[6], set_dims)
+  end
   local applied, skipped, problems, broken = 0, 0, {}, {}
   local start = '-'
   while true do

@@ -2,6 +2,8 @@
 -- one node; on a cluster the client sends one call per bucket, pipelined).
 -- ARGV[1]: 'get'; KEYS: mlog mitem of one bucket; ARGV[2..]: members (lp(ns) .. key): per
 --          member, false or {created, updated, vt, v, event id, ttl ms}
+-- ARGV[1]: 'vecs': as 'get', each row with the item's vectors added (the candidates the
+--          server's vector index found)
 -- ARGV[1]: 'search'; KEYS: mlog mix mitem mns of each bucket; ARGV[2]: namespace prefix (''
 --          for all); ARGV[3]: how many (-1: all); ARGV[4]: 'vec' to add each item's vectors:
 --          {member, created, updated, vt, v, event id, ttl ms[, vec]} per item, the newest of
@@ -38,11 +40,11 @@ local function under(ns, prefix)
   return prefix == '' or ns == prefix or string.sub(ns, 1, #prefix + 1) == prefix .. '.'
 end
 
-if mode == 'get' then
+if mode == 'get' or mode == 'vecs' then
   local out = {}
   for i = 2, #ARGV do
     local it = item_of(redis.call('HGET', KEYS[2], ARGV[i]))
-    local v = alive(it) and value_of(KEYS[1], it)
+    local v = alive(it) and value_of(KEYS[1], it, mode == 'vecs')
     if it and not v and alive(it) then
       return redis.error_reply('STREAMSAVER_STORE_LOST ' .. it.eid)
     end
