@@ -10,8 +10,15 @@
 local direct = {
   zadd = function(key, m) redis.call('ZADD', key, 0, m) end,
   zrem = function(key, m) redis.call('ZREM', key, m) end,
-  hget = function(key, k) return redis.call('HGET', key, k) end,
+  hget = hget,
+  hmget = hmget,
   hset = function(key, k, v) redis.call('HSET', key, k, v) end,
+  -- flat {field, value, ...}
+  hset_many = function(key, pairs)
+    for s = 1, #pairs, 1000 do
+      redis.call('HSET', key, unpack(pairs, s, math.min(s + 999, #pairs)))
+    end
+  end,
   hsetnx = function(key, k, v) redis.call('HSETNX', key, k, v) end,
   hdel = function(key, k) redis.call('HDEL', key, k) end,
 }
@@ -42,6 +49,18 @@ local function buffered(layered)
       v = redis.call('HGET', key, k)
     end
     return v or nil
+  end
+  function b.hmget(key, ks)
+    local out = {}
+    for i, k in ipairs(ks) do
+      out[i] = b.hget(key, k) or false
+    end
+    return out
+  end
+  function b.hset_many(key, pairs)
+    for i = 1, #pairs, 2 do
+      b.hset(key, pairs[i], pairs[i + 1])
+    end
   end
   function b.hsetnx(key, k, v)
     if b.hget(key, k) == nil then
@@ -238,37 +257,74 @@ local function check_writes(f)
   return wi
 end
 
+-- A checkpoint's pending writes, one ptr field each (common.lua's pending_writes()): a
+-- put_writes reads and writes the fields of its own writes only.
 local function apply_writes(log, ix, ptr, id, f, wi)
-  local key = 'w' .. lp(f.ns) .. f.id
-  local cur = sink.hget(ptr, key)
-  local list = {}
-  if cur then
-    list = cmsgpack.unpack(cur)
-  end
-  local at = {}
-  for i = 1, #list, 4 do
-    at[lp(list[i]) .. list[i + 1]] = i
-  end
+  local p = lp(f.ns)
+  local count = 'w' .. p .. f.id
+  local slot, seen = 'v' .. p .. lp(f.id), 'u' .. p .. lp(f.id) .. lp(f.task)
+  local names = {count}
   for i = 1, #wi, 2 do
-    local idx = wi[i + 1]
-    local pos = (i - 1) / 2
-    local k = lp(f.task) .. idx
-    local j = at[k]
+    names[#names + 1] = seen .. tostring(wi[i + 1])
+  end
+  local got = sink.hmget(ptr, names)
+  local n, sets = tonumber(got[1]), {}
+  if got[1] and not n then
+    -- the earlier layout, one msgpack list: moved to one field each, then read again
+    local l = cmsgpack.unpack(got[1])
+    for i = 1, #l, 4 do
+      local j = (i + 3) / 4
+      sets[#sets + 1] = 'u' .. p .. lp(f.id) .. lp(l[i]) .. tostring(l[i + 1])
+      sets[#sets + 1] = tostring(j)
+      sets[#sets + 1] = slot .. j
+      sets[#sets + 1] = l[i + 2] .. ' ' .. l[i + 3] .. ' ' .. tostring(l[i + 1]) .. ' ' .. l[i]
+    end
+    sets[#sets + 1] = count
+    sets[#sets + 1] = tostring(#l / 4)
+    sink.hset_many(ptr, sets)
+    got, sets = sink.hmget(ptr, names), {}
+    n = tonumber(got[1])
+  end
+  n = n or 0
+  local at, grew = {}, false
+  for i = 1, #wi, 2 do
+    local idx = tostring(wi[i + 1])
+    local record = id .. ' ' .. ((i - 1) / 2) .. ' ' .. idx .. ' ' .. f.task
+    local j = at[idx] or tonumber(got[(i + 1) / 2 + 1])
     if j == nil then
-      list[#list + 1] = f.task
-      list[#list + 1] = idx
-      list[#list + 1] = id
-      list[#list + 1] = pos
-      at[k] = #list - 3
-    elseif idx < 0 then
+      n, grew = n + 1, true
+      j = n
+      sets[#sets + 1] = seen .. idx
+      sets[#sets + 1] = tostring(j)
+      sets[#sets + 1] = slot .. j
+      sets[#sets + 1] = record
+    elseif wi[i + 1] < 0 then
       -- special channels (error, interrupt, resume...) report the latest state: overwrite;
       -- ordinary writes keep the first copy, so a retried task cannot double them
-      list[j + 2] = id
-      list[j + 3] = pos
+      sets[#sets + 1] = slot .. j
+      sets[#sets + 1] = record
     end
+    at[idx] = j
   end
-  sink.hset(ptr, key, cmsgpack.pack(list))
+  if grew or n == 0 then
+    -- a writes event with no write still marks its checkpoint as having pending writes
+    sets[#sets + 1] = count
+    sets[#sets + 1] = tostring(n)
+  end
+  if #sets > 0 then
+    sink.hset_many(ptr, sets)
+  end
   sink.hdel(ptr, 'd')
+end
+
+-- Forget checkpoint `cid`'s pending writes (a delete).
+local function drop_pending(ptr, p, cid)
+  local l = pending_writes(ptr, p, cid, sink.hget, sink.hmget)
+  sink.hdel(ptr, 'w' .. p .. cid)
+  for i = 1, #l, 4 do
+    sink.hdel(ptr, 'u' .. p .. lp(cid) .. lp(l[i]) .. tostring(l[i + 1]))
+    sink.hdel(ptr, 'v' .. p .. lp(cid) .. ((i + 3) / 4))
+  end
 end
 
 local function check_delete(f)
@@ -295,7 +351,7 @@ local function apply_delete(log, ix, ptr, id, f, items)
     end
     sink.zrem(ix, member)
     sink.hdel(ptr, member)
-    sink.hdel(ptr, 'w' .. p .. items[i + 1])
+    drop_pending(ptr, p, items[i + 1])
     -- a worker that still holds it must not continue it (append.lua). Set last: freeing
     -- first lets delete_runs.lua run on a server out of memory (delete_thread.lua)
     sink.hset(ptr, 'x' .. p .. items[i + 1], id)
