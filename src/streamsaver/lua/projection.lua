@@ -132,15 +132,17 @@ end
 -- (in ptr, or among the event's own values, as a compaction's copy carries the chain it needs)
 -- and the write a shared part names. Otherwise a read would build the value from parts that
 -- are not there: the event is skipped whole, named, like any malformed one. The writer checked
--- the same before its XADD (append.lua), so it never appends an event this refuses.
-local function value_refs(log, ptr, f, nv)
+-- the same before its XADD (append.lua), so it never appends an event this refuses. cache:
+-- entries read so far (common.lua's entry_fields()), shared with the caller's own checks.
+local function value_refs(log, ptr, f, nv, cache)
   local p, own = lp(f.ns), {}
+  cache = cache or {}
   for i = 1, #nv, 3 do
     own[lp(nv[i]) .. nv[i + 1]] = true
   end
   for i = 1, #nv, 3 do
     local channel, version, base = nv[i], nv[i + 1], nv[i + 2]
-    local problem = shared_problem(log, f['b' .. ((i - 1) / 3)], {})
+    local problem = shared_problem(log, f['b' .. ((i - 1) / 3)], cache)
     if problem then
       return 'channel ' .. channel .. ' version ' .. version .. ' is ' .. problem
     end
@@ -178,10 +180,10 @@ local function checkpoint_shape(f)
   return nv
 end
 
-local function check_checkpoint(f, log, ptr)
+local function check_checkpoint(f, log, ptr, cache)
   local nv, why = checkpoint_shape(f)
   if nv then
-    why = value_refs(log, ptr, f, nv)
+    why = value_refs(log, ptr, f, nv, cache)
     if why then
       return nil, why
     end
@@ -422,8 +424,9 @@ end
 
 -- The checked event, ready for apply(); nil and a reason for one this version cannot project
 -- (unknown kind, newer schema, malformed, or referencing values not stored), which callers
--- skip and report. log and ptr: where its references are looked up.
-local function check(f, log, ptr)
+-- skip and report. log and ptr: where its references are looked up; cache (optional): the
+-- entries already read (common.lua's entry_fields()).
+local function check(f, log, ptr, cache)
   local kind = KINDS[f.k]
   if kind == nil then
     return nil, 'unknown kind ' .. tostring(f.k)
@@ -431,21 +434,21 @@ local function check(f, log, ptr)
   if (tonumber(f.sv) or 0) > SCHEMA or tonumber(f.sv) == nil then
     return nil, 'schema version ' .. tostring(f.sv)
   end
-  local decoded, why = kind[1](f, log, ptr)
+  local decoded, why = kind[1](f, log, ptr, cache)
   if decoded == nil then
     return nil, why
   end
   return {kind[2], decoded}
 end
 
-local function apply(log, ix, ptr, id, f)
+local function apply(log, ix, ptr, id, f, cache)
   -- the chain's head (append_event() in common.lua), for every entry, projectable or not
   if f.dg then
     redis.call('HSET', ptr, 'h', f.dg)
   else
     redis.call('HDEL', ptr, 'h')
   end
-  local checked, why = check(f, log, ptr)
+  local checked, why = check(f, log, ptr, cache)
   if checked == nil then
     return false, why
   end
