@@ -80,3 +80,17 @@ def test_the_earlier_single_list_is_read_and_moved_by_the_next_write(
     )
     # moved: the index is again the one a replay gives
     assert sync_saver.verify("t")[1:] == (0, [])
+
+
+def test_task_ids_with_any_bytes_keep_their_writes_apart(sync_saver: RedisStreamSaver) -> None:
+    stored = _start(sync_saver, "t")
+    # a task id that looks like the rest of a record, or like another task's id and idx
+    tasks = ["a b", "a", "a b 1", "", "line\nbreak", "1:x", "ü {x} * $"]
+    for task in tasks:
+        sync_saver.put_writes(stored, [("c", task), ("__error__", task)], task)
+    got = sync_saver.get_tuple(stored)
+    assert got is not None
+    assert sorted(got.pending_writes) == sorted(
+        (task, channel, task) for task in tasks for channel in ("c", "__error__")
+    )
+    assert sync_saver.verify("t")[1:] == (0, [])
