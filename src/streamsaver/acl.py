@@ -49,8 +49,8 @@ READER_COMMANDS: tuple[str, ...] = (
     "xrange", "xrevrange", "xread", "exists",
     # what the read scripts call (a script runs with its caller's permissions)
     "xlen", "xinfo|stream", "zrange", "zrangebylex", "zrevrangebylex", "zrevrangebyscore",
-    "zscore", "zlexcount", "hget", "hgetall", "hkeys", "hlen", "pttl", "smembers", "hexists",
-    "hscan",
+    "zscore", "zlexcount", "hget", "hmget", "hgetall", "hkeys", "hlen", "pttl", "smembers",
+    "hexists", "hscan",
     # the Store's read scripts (lua/store*.lua)
     "zrevrange", "zrangebyscore",
 )  # fmt: skip
@@ -70,7 +70,7 @@ SAVER_COMMANDS: tuple[str, ...] = (
     # durability modes (WAITAOF only on servers that have it: see acl_rules)
     "wait", "waitaof",
     # what the write scripts call
-    "xtrim", "hsetnx", "pexpire", "pexpireat", "sadd", "hmget", "persist",
+    "xtrim", "hsetnx", "pexpire", "pexpireat", "sadd", "persist",
     # sliced rebuilds swap their scratch keys in; deletions free in the background
     "rename", "unlink",
     # the Store's vector index: whether a bucket keeps its documents (lua/store.lua's mft)

@@ -82,6 +82,8 @@ if f.k == 'checkpoint' then
     return redis.error_reply(integrity('DANGLING', {KEYS[1], f.ns, f.id, channel, version}))
   end
 end
+-- the entries the checks below read (a shared part's write): each read once
+local cache = {}
 if ARGV[3] ~= '' then
   local expected, j = cmsgpack.unpack(ARGV[3]), 1
   local nv, p = cmsgpack.unpack(f.nv), lp(f.ns)
@@ -93,7 +95,7 @@ if ARGV[3] ~= '' then
         return 'stale'
       end
       -- a prune may have trimmed the write a part names since the client appended it
-      if shared_tail(KEYS[1], f['b' .. ((i - 1) / 3)], {}) == false then
+      if shared_tail(KEYS[1], f['b' .. ((i - 1) / 3)], cache) == false then
         return 'stale'
       end
       j = j + 1
@@ -111,7 +113,7 @@ if keep > 0 and f.k == 'checkpoint' then
 end
 if reply == nil then
   reply, f.dg = append_event(KEYS[1], fields, nil, ch)
-  apply(KEYS[1], KEYS[2], KEYS[3], reply, f)
+  apply(KEYS[1], KEYS[2], KEYS[3], reply, f, cache)
   notify(KEYS[4], ARGV[1], reply, f)
 end
 -- after the append: a write of a server out of memory is refused before it writes anything

@@ -12,7 +12,9 @@
 --                  "b" .. lp(ns) .. lp(channel) .. version   -> "<event id> <field>[ <base>]":
 --                      the event field holding the value, or, with a base version, holding the
 --                      items appended to the value of (channel, base) (see _delta.py)
---                  "w" .. lp(ns) .. checkpoint_id            -> msgpack [task, idx, event id, pos, ...]
+--                  "w" .. lp(ns) .. checkpoint_id            -> how many pending writes it has,
+--                  "v" .. lp(ns) .. lp(checkpoint_id) .. i   -> the i-th, and
+--                  "u" .. lp(ns) .. lp(checkpoint_id) .. lp(task) .. idx -> its i (pending_writes())
 --                  "h" -> the dg of the log's last entry, if it has one (see append_event())
 --   KEYS[4] feed (scripts that append: append, import, delete_runs, compact) stream of
 --                pointers to the appended events, shared by the threads of one cluster slot
@@ -127,6 +129,56 @@ local function plain_part(log, part, cache)
     return '\147\166append\198' .. struct.pack('>I4', #tail) .. tail .. cmsgpack.pack(n)
   end
   return part
+end
+
+-- Hash reads of up to a thousand fields per command (unpack() has a C stack limit).
+local function hmget(key, names)
+  local out = {}
+  for s = 1, #names, 1000 do
+    local r = redis.call('HMGET', key, unpack(names, s, math.min(s + 999, #names)))
+    for i = 1, #r do
+      out[#out + 1] = r[i]
+    end
+  end
+  return out
+end
+
+local function hget(key, name)
+  return redis.call('HGET', key, name)
+end
+
+-- The pending writes of checkpoint `cid` of namespace lp `p`, in the order they first arrived:
+-- flat {task, idx, event id, pos, ...}. One ptr field each (common.lua's header; projection.lua's
+-- apply_writes() stores them), so a put_writes costs what its own writes do, not what the
+-- checkpoint holds already: one msgpack list of them all, re-read and re-packed by every
+-- put_writes, made a fan-out of n tasks cost O(n^2). A count that is not a number is that
+-- earlier list, read as it is until the next write to the checkpoint moves it. `get`/`mget`:
+-- how ptr is read (projection.lua's sink during a replay), Redis itself by default.
+local function pending_writes(ptr, p, cid, get, mget)
+  local raw = (get or hget)(ptr, 'w' .. p .. cid)
+  local n = tonumber(raw)
+  if not raw then
+    return {}
+  elseif not n then
+    return cmsgpack.unpack(raw)
+  end
+  local names, base = {}, 'v' .. p .. lp(cid)
+  for i = 1, n do
+    names[i] = base .. i
+  end
+  local out = {}
+  for i, rec in ipairs((mget or hmget)(ptr, names)) do
+    local eid, pos, idx, task = string.match(rec or '', '^(%S+) (%d+) (%S+) (.*)$')
+    if not eid then
+      error({err = 'STREAMSAVER_CORRUPT pending write ' .. i .. ' of checkpoint ' .. cid ..
+        ' is missing from its index: rebuild the thread (`streamsaver rebuild`)'})
+    end
+    out[#out + 1] = task
+    out[#out + 1] = tonumber(idx)
+    out[#out + 1] = eid
+    out[#out + 1] = tonumber(pos)
+  end
+  return out
 end
 
 -- Every event enters a thread's log here (append, import, delete_runs, compact), so what each

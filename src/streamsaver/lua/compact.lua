@@ -148,11 +148,7 @@ end
 -- Copies of the writes still pending for checkpoint `f`, one per source event, holding only
 -- the writes the index still points at.
 local function writes_copies(log, ptr, f, cache, out)
-  local wl = redis.call('HGET', ptr, 'w' .. lp(f.ns) .. f.id)
-  if not wl then
-    return
-  end
-  local l, by_src, order = cmsgpack.unpack(wl), {}, {}
+  local l, by_src, order = pending_writes(ptr, lp(f.ns), f.id), {}, {}
   for j = 1, #l, 4 do
     local src = l[j + 2]
     if by_src[src] == nil then

@@ -27,23 +27,20 @@ end
 local out = {}
 delta_walk(log, ptr, p, f.parent, channels, cache, function(_, a, walking, seeds)
   local writes = {}
-  local wl = redis.call('HGET', ptr, 'w' .. p .. a.id)
-  if wl then
-    local l = cmsgpack.unpack(wl)
-    for i = 1, #l, 4 do
-      local wf = entry_fields(log, l[i + 2], cache)
-      if wf == nil then
-        corrupt('pending writes of checkpoint ' .. a.id .. ' point at missing event ' .. l[i + 2])
-      end
-      local pos = l[i + 3]
-      local channel = cmsgpack.unpack(wf.wi)[pos * 2 + 1]
-      if walking[channel] then
-        writes[#writes + 1] = l[i]
-        writes[#writes + 1] = tostring(l[i + 1])
-        writes[#writes + 1] = wf.path
-        writes[#writes + 1] = channel
-        writes[#writes + 1] = wf['w' .. pos]
-      end
+  local l = pending_writes(ptr, p, a.id)
+  for i = 1, #l, 4 do
+    local wf = entry_fields(log, l[i + 2], cache)
+    if wf == nil then
+      corrupt('pending writes of checkpoint ' .. a.id .. ' point at missing event ' .. l[i + 2])
+    end
+    local pos = l[i + 3]
+    local channel = cmsgpack.unpack(wf.wi)[pos * 2 + 1]
+    if walking[channel] then
+      writes[#writes + 1] = l[i]
+      writes[#writes + 1] = tostring(l[i + 1])
+      writes[#writes + 1] = wf.path
+      writes[#writes + 1] = channel
+      writes[#writes + 1] = wf['w' .. pos]
     end
   end
   local values = {}

@@ -10,8 +10,15 @@
 local direct = {
   zadd = function(key, m) redis.call('ZADD', key, 0, m) end,
   zrem = function(key, m) redis.call('ZREM', key, m) end,
-  hget = function(key, k) return redis.call('HGET', key, k) end,
+  hget = hget,
+  hmget = hmget,
   hset = function(key, k, v) redis.call('HSET', key, k, v) end,
+  -- flat {field, value, ...}
+  hset_many = function(key, pairs)
+    for s = 1, #pairs, 1000 do
+      redis.call('HSET', key, unpack(pairs, s, math.min(s + 999, #pairs)))
+    end
+  end,
   hsetnx = function(key, k, v) redis.call('HSETNX', key, k, v) end,
   hdel = function(key, k) redis.call('HDEL', key, k) end,
 }
@@ -42,6 +49,18 @@ local function buffered(layered)
       v = redis.call('HGET', key, k)
     end
     return v or nil
+  end
+  function b.hmget(key, ks)
+    local out = {}
+    for i, k in ipairs(ks) do
+      out[i] = b.hget(key, k) or false
+    end
+    return out
+  end
+  function b.hset_many(key, pairs)
+    for i = 1, #pairs, 2 do
+      b.hset(key, pairs[i], pairs[i + 1])
+    end
   end
   function b.hsetnx(key, k, v)
     if b.hget(key, k) == nil then
@@ -113,15 +132,17 @@ end
 -- (in ptr, or among the event's own values, as a compaction's copy carries the chain it needs)
 -- and the write a shared part names. Otherwise a read would build the value from parts that
 -- are not there: the event is skipped whole, named, like any malformed one. The writer checked
--- the same before its XADD (append.lua), so it never appends an event this refuses.
-local function value_refs(log, ptr, f, nv)
+-- the same before its XADD (append.lua), so it never appends an event this refuses. cache:
+-- entries read so far (common.lua's entry_fields()), shared with the caller's own checks.
+local function value_refs(log, ptr, f, nv, cache)
   local p, own = lp(f.ns), {}
+  cache = cache or {}
   for i = 1, #nv, 3 do
     own[lp(nv[i]) .. nv[i + 1]] = true
   end
   for i = 1, #nv, 3 do
     local channel, version, base = nv[i], nv[i + 1], nv[i + 2]
-    local problem = shared_problem(log, f['b' .. ((i - 1) / 3)], {})
+    local problem = shared_problem(log, f['b' .. ((i - 1) / 3)], cache)
     if problem then
       return 'channel ' .. channel .. ' version ' .. version .. ' is ' .. problem
     end
@@ -159,10 +180,10 @@ local function checkpoint_shape(f)
   return nv
 end
 
-local function check_checkpoint(f, log, ptr)
+local function check_checkpoint(f, log, ptr, cache)
   local nv, why = checkpoint_shape(f)
   if nv then
-    why = value_refs(log, ptr, f, nv)
+    why = value_refs(log, ptr, f, nv, cache)
     if why then
       return nil, why
     end
@@ -238,37 +259,74 @@ local function check_writes(f)
   return wi
 end
 
+-- A checkpoint's pending writes, one ptr field each (common.lua's pending_writes()): a
+-- put_writes reads and writes the fields of its own writes only.
 local function apply_writes(log, ix, ptr, id, f, wi)
-  local key = 'w' .. lp(f.ns) .. f.id
-  local cur = sink.hget(ptr, key)
-  local list = {}
-  if cur then
-    list = cmsgpack.unpack(cur)
-  end
-  local at = {}
-  for i = 1, #list, 4 do
-    at[lp(list[i]) .. list[i + 1]] = i
-  end
+  local p = lp(f.ns)
+  local count = 'w' .. p .. f.id
+  local slot, seen = 'v' .. p .. lp(f.id), 'u' .. p .. lp(f.id) .. lp(f.task)
+  local names = {count}
   for i = 1, #wi, 2 do
-    local idx = wi[i + 1]
-    local pos = (i - 1) / 2
-    local k = lp(f.task) .. idx
-    local j = at[k]
+    names[#names + 1] = seen .. tostring(wi[i + 1])
+  end
+  local got = sink.hmget(ptr, names)
+  local n, sets = tonumber(got[1]), {}
+  if got[1] and not n then
+    -- the earlier layout, one msgpack list: moved to one field each, then read again
+    local l = cmsgpack.unpack(got[1])
+    for i = 1, #l, 4 do
+      local j = (i + 3) / 4
+      sets[#sets + 1] = 'u' .. p .. lp(f.id) .. lp(l[i]) .. tostring(l[i + 1])
+      sets[#sets + 1] = tostring(j)
+      sets[#sets + 1] = slot .. j
+      sets[#sets + 1] = l[i + 2] .. ' ' .. l[i + 3] .. ' ' .. tostring(l[i + 1]) .. ' ' .. l[i]
+    end
+    sets[#sets + 1] = count
+    sets[#sets + 1] = tostring(#l / 4)
+    sink.hset_many(ptr, sets)
+    got, sets = sink.hmget(ptr, names), {}
+    n = tonumber(got[1])
+  end
+  n = n or 0
+  local at, grew = {}, false
+  for i = 1, #wi, 2 do
+    local idx = tostring(wi[i + 1])
+    local record = id .. ' ' .. ((i - 1) / 2) .. ' ' .. idx .. ' ' .. f.task
+    local j = at[idx] or tonumber(got[(i + 1) / 2 + 1])
     if j == nil then
-      list[#list + 1] = f.task
-      list[#list + 1] = idx
-      list[#list + 1] = id
-      list[#list + 1] = pos
-      at[k] = #list - 3
-    elseif idx < 0 then
+      n, grew = n + 1, true
+      j = n
+      sets[#sets + 1] = seen .. idx
+      sets[#sets + 1] = tostring(j)
+      sets[#sets + 1] = slot .. j
+      sets[#sets + 1] = record
+    elseif wi[i + 1] < 0 then
       -- special channels (error, interrupt, resume...) report the latest state: overwrite;
       -- ordinary writes keep the first copy, so a retried task cannot double them
-      list[j + 2] = id
-      list[j + 3] = pos
+      sets[#sets + 1] = slot .. j
+      sets[#sets + 1] = record
     end
+    at[idx] = j
   end
-  sink.hset(ptr, key, cmsgpack.pack(list))
+  if grew or n == 0 then
+    -- a writes event with no write still marks its checkpoint as having pending writes
+    sets[#sets + 1] = count
+    sets[#sets + 1] = tostring(n)
+  end
+  if #sets > 0 then
+    sink.hset_many(ptr, sets)
+  end
   sink.hdel(ptr, 'd')
+end
+
+-- Forget checkpoint `cid`'s pending writes (a delete).
+local function drop_pending(ptr, p, cid)
+  local l = pending_writes(ptr, p, cid, sink.hget, sink.hmget)
+  sink.hdel(ptr, 'w' .. p .. cid)
+  for i = 1, #l, 4 do
+    sink.hdel(ptr, 'u' .. p .. lp(cid) .. lp(l[i]) .. tostring(l[i + 1]))
+    sink.hdel(ptr, 'v' .. p .. lp(cid) .. ((i + 3) / 4))
+  end
 end
 
 local function check_delete(f)
@@ -295,7 +353,7 @@ local function apply_delete(log, ix, ptr, id, f, items)
     end
     sink.zrem(ix, member)
     sink.hdel(ptr, member)
-    sink.hdel(ptr, 'w' .. p .. items[i + 1])
+    drop_pending(ptr, p, items[i + 1])
     -- a worker that still holds it must not continue it (append.lua). Set last: freeing
     -- first lets delete_runs.lua run on a server out of memory (delete_thread.lua)
     sink.hset(ptr, 'x' .. p .. items[i + 1], id)
@@ -366,8 +424,9 @@ end
 
 -- The checked event, ready for apply(); nil and a reason for one this version cannot project
 -- (unknown kind, newer schema, malformed, or referencing values not stored), which callers
--- skip and report. log and ptr: where its references are looked up.
-local function check(f, log, ptr)
+-- skip and report. log and ptr: where its references are looked up; cache (optional): the
+-- entries already read (common.lua's entry_fields()).
+local function check(f, log, ptr, cache)
   local kind = KINDS[f.k]
   if kind == nil then
     return nil, 'unknown kind ' .. tostring(f.k)
@@ -375,21 +434,21 @@ local function check(f, log, ptr)
   if (tonumber(f.sv) or 0) > SCHEMA or tonumber(f.sv) == nil then
     return nil, 'schema version ' .. tostring(f.sv)
   end
-  local decoded, why = kind[1](f, log, ptr)
+  local decoded, why = kind[1](f, log, ptr, cache)
   if decoded == nil then
     return nil, why
   end
   return {kind[2], decoded}
 end
 
-local function apply(log, ix, ptr, id, f)
+local function apply(log, ix, ptr, id, f, cache)
   -- the chain's head (append_event() in common.lua), for every entry, projectable or not
   if f.dg then
     redis.call('HSET', ptr, 'h', f.dg)
   else
     redis.call('HDEL', ptr, 'h')
   end
-  local checked, why = check(f, log, ptr)
+  local checked, why = check(f, log, ptr, cache)
   if checked == nil then
     return false, why
   end

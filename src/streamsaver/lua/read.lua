@@ -112,24 +112,21 @@ local function read_checkpoint(log, ptr, eid, f, cache, holds)
     end
   end
   local writes = {}
-  local wl = redis.call('HGET', ptr, 'w' .. p .. f.id)
-  if wl then
-    local l = cmsgpack.unpack(wl)
-    for i = 1, #l, 4 do
-      local wf = entry_fields(log, l[i + 2], cache)
-      -- a checkpoint without some of its pending writes would resume as if they never ran
-      if wf == nil then
-        lost(log, 'a pending write of task ' .. l[i] .. ' to ' .. describe(f.ns, f.id) ..
-          ' points at event ' .. l[i + 2] .. ', which is missing from the log')
-      end
-      local pos = l[i + 3]
-      local wi = decoded(l[i + 2], wf, 'wi')
-      writes[#writes + 1] = l[i]
-      writes[#writes + 1] = tostring(l[i + 1])
-      writes[#writes + 1] = wf.path
-      writes[#writes + 1] = wi[pos * 2 + 1]
-      writes[#writes + 1] = wf['w' .. pos]
+  local l = pending_writes(ptr, p, f.id)
+  for i = 1, #l, 4 do
+    local wf = entry_fields(log, l[i + 2], cache)
+    -- a checkpoint without some of its pending writes would resume as if they never ran
+    if wf == nil then
+      lost(log, 'a pending write of task ' .. l[i] .. ' to ' .. describe(f.ns, f.id) ..
+        ' points at event ' .. l[i + 2] .. ', which is missing from the log')
     end
+    local pos = l[i + 3]
+    local wi = decoded(l[i + 2], wf, 'wi')
+    writes[#writes + 1] = l[i]
+    writes[#writes + 1] = tostring(l[i + 1])
+    writes[#writes + 1] = wf.path
+    writes[#writes + 1] = wi[pos * 2 + 1]
+    writes[#writes + 1] = wf['w' .. pos]
   end
   return {eid, header, values, writes}
 end

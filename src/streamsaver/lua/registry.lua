@@ -121,16 +121,13 @@ local function thread_row(log, ix, ptr)
         step = tostring(meta.step)
       end
     end
-    local wl = redis.call('HGET', ptr, 'w0:' .. cid)
-    if wl then
-      -- [task, idx, event id, pos, ...]: special channels have negative idx; look only at those
-      local l = cmsgpack.unpack(wl)
-      for i = 1, #l, 4 do
-        if l[i + 1] < 0 then
-          local wf = entry_fields(log, l[i + 2], cache)
-          if wf and cmsgpack.unpack(wf.wi)[l[i + 3] * 2 + 1] == '__interrupt__' then
-            waiting = 1
-          end
+    -- [task, idx, event id, pos, ...]: special channels have negative idx; look only at those
+    local l = pending_writes(ptr, '0:', cid)
+    for i = 1, #l, 4 do
+      if l[i + 1] < 0 then
+        local wf = entry_fields(log, l[i + 2], cache)
+        if wf and cmsgpack.unpack(wf.wi)[l[i + 3] * 2 + 1] == '__interrupt__' then
+          waiting = 1
         end
       end
     end

@@ -1,0 +1,96 @@
+"""A checkpoint's pending writes are indexed one ptr field each (lua/common.lua's
+pending_writes()), so a put_writes reads and writes only what its own writes need: a fan-out of
+n tasks costs O(n), where one list of them all, re-read and re-packed per call, cost O(n^2)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ormsgpack
+import redis
+from langgraph.checkpoint.base import empty_checkpoint
+
+from streamsaver import RedisStreamSaver
+from streamsaver._keys import lp, thread_keys
+
+
+def _start(saver: RedisStreamSaver, thread_id: str) -> Any:
+    config = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+    return saver.put(config, empty_checkpoint(), {"source": "input", "step": -1}, {})
+
+
+def test_no_index_field_grows_with_the_writes_a_checkpoint_holds(
+    sync_saver: RedisStreamSaver, redis_client: redis.Redis
+) -> None:
+    stored = _start(sync_saver, "t")
+    tasks = [f"task-{i:03}" for i in range(300)]
+    for task in tasks:
+        sync_saver.put_writes(stored, [("fan", task), ("__error__", f"{task} failed")], task)
+    # a retry keeps the first ordinary write and overwrites the special one
+    sync_saver.put_writes(stored, [("fan", "again"), ("__error__", "last")], tasks[7])
+    got = sync_saver.get_tuple(stored)
+    assert got is not None
+    writes = {(task, channel): value for task, channel, value in got.pending_writes}
+    assert len(got.pending_writes) == 600
+    assert writes[(tasks[7], "fan")] == tasks[7]
+    assert writes[(tasks[7], "__error__")] == "last"
+    assert writes[(tasks[299], "__error__")] == "task-299 failed"
+    # what a put_writes reads and rewrites does not grow with the 600 writes the checkpoint
+    # holds: on the earlier layout one field held them all (~30 KB)
+    ptr = redis_client.hgetall(thread_keys(sync_saver.prefix, "t").ptr)
+    assert max(len(value) for value in ptr.values()) < 100
+    # the index is what a replay of the log gives
+    assert sync_saver.verify("t")[1:] == (0, [])
+    before = got.pending_writes
+    sync_saver.rebuild("t")
+    again = sync_saver.get_tuple(stored)
+    assert again is not None and again.pending_writes == before
+
+
+def test_the_earlier_single_list_is_read_and_moved_by_the_next_write(
+    sync_saver: RedisStreamSaver, redis_client: redis.Redis
+) -> None:
+    stored = _start(sync_saver, "t")
+    sync_saver.put_writes(stored, [("a", 1), ("__error__", "first")], "one")
+    sync_saver.put_writes(stored, [("b", 2)], "two")
+    expected = sync_saver.get_tuple(stored)
+    assert expected is not None
+    # the pending writes as a server of the earlier layout indexed them: one msgpack list
+    ptr = thread_keys(sync_saver.prefix, "t").ptr
+    checkpoint_id = stored["configurable"]["checkpoint_id"]
+    p = lp("")
+    fields = redis_client.hgetall(ptr)
+    records = [fields[f"v{p}{lp(checkpoint_id)}{i}".encode()].decode() for i in (1, 2, 3)]
+    flat: list[Any] = []
+    for record in records:
+        eid, pos, idx, task = record.split(" ", 3)
+        flat += [task, int(idx), eid, int(pos)]
+    per_write = [name for name in fields if name[:1] in (b"u", b"v")]
+    redis_client.hdel(ptr, *per_write)
+    redis_client.hset(ptr, f"w{p}{checkpoint_id}", ormsgpack.packb(flat))
+
+    got = sync_saver.get_tuple(stored)
+    assert got is not None and got.pending_writes == expected.pending_writes
+    sync_saver.put_writes(stored, [("a", 9), ("__error__", "second")], "one")
+    sync_saver.put_writes(stored, [("c", 3)], "three")
+    got = sync_saver.get_tuple(stored)
+    assert got is not None
+    assert sorted(got.pending_writes) == sorted(
+        [("one", "a", 1), ("one", "__error__", "second"), ("two", "b", 2), ("three", "c", 3)]
+    )
+    # moved: the index is again the one a replay gives
+    assert sync_saver.verify("t")[1:] == (0, [])
+
+
+def test_task_ids_with_any_bytes_keep_their_writes_apart(sync_saver: RedisStreamSaver) -> None:
+    stored = _start(sync_saver, "t")
+    # a task id that looks like the rest of a record, or like another task's id and idx
+    tasks = ["a b", "a", "a b 1", "", "line\nbreak", "1:x", "ü {x} * $"]
+    for task in tasks:
+        sync_saver.put_writes(stored, [("c", task), ("__error__", task)], task)
+    got = sync_saver.get_tuple(stored)
+    assert got is not None
+    assert sorted(got.pending_writes) == sorted(
+        (task, channel, task) for task in tasks for channel in ("c", "__error__")
+    )
+    assert sync_saver.verify("t")[1:] == (0, [])
