@@ -12,7 +12,15 @@ from __future__ import annotations
 import builtins
 import re
 import warnings
-from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Generator,
+    Iterable,
+    Iterator,
+    Sequence,
+)
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 
@@ -50,6 +58,7 @@ from ._keys import (
     scratch_keys,
     thread_keys,
 )
+from ._nodes import SendTargets, origin, send_target, send_targets
 
 __all__ = [
     "Call",
@@ -203,6 +212,27 @@ def map_items(flow: Items[E], convert: Callable[[E], F]) -> Items[F]:
             reply = yield step
 
 
+def expand_items(
+    flow: Items[E], convert: Callable[[E], Iterable[F]], finish: Callable[[], Iterable[F]]
+) -> Items[F]:
+    """``flow`` with every item it emits turned into any number of items, then ``finish()``'s:
+    for a converter that may hold items back until later ones come."""
+    reply: Any = None
+    while True:
+        try:
+            step = flow.send(reply)
+        except StopIteration:
+            break
+        if isinstance(step, Emit):
+            for item in convert(step.item):
+                yield Emit(item)
+            reply = None
+        else:
+            reply = yield step
+    for item in finish():
+        yield Emit(item)
+
+
 def consume(flow: Items[E], take: Callable[[E], None]) -> Flow[None]:
     """Run ``flow``, handing every item it emits to ``take``."""
     reply: Any = None
@@ -293,6 +323,9 @@ class Operations:
         self.durability = durability or Durability("none", 1, 1)
         # None stores every value whole
         self.cache = cache
+        # the Send targets of the checkpoints this process put or read, to name the node on
+        # their Sends' writes (_nodes.py)
+        self.sends = SendTargets()
 
     # pointers kept per feed (approximate MAXLEN); 0 announces nothing (see _feed.py)
     feed_maxlen: int = DEFAULT_FEED_MAXLEN
@@ -381,6 +414,10 @@ class Operations:
                 f"got {type(checkpoint).__name__} with id {checkpoint_id!r}"
             )
         serializable = get_serializable_checkpoint_metadata(config, metadata)
+        sends = send_targets(checkpoint.get("channel_values") or {})
+        if sends:
+            # before any I/O: LangGraph may run the Sends, and save their writes, meanwhile
+            self.sends.learn((target.thread_id, target.checkpoint_ns, checkpoint_id), sends)
 
         def event(known: Callable[[str], Known | None], written: Written | None) -> CheckpointEvent:
             return self.codec.checkpoint_event(
@@ -392,6 +429,7 @@ class Operations:
                 target.checkpoint_id,
                 known,
                 written,
+                sends,
             )
 
         cache = self.cache
@@ -446,6 +484,11 @@ class Operations:
                 f"task_id and task_path must be strings, got {task_id!r} and {task_path!r}"
             )
         run_id = (config.get("metadata") or {}).get("run_id")
+        node = None
+        found = origin(task_path)
+        if found.kind == "send" and found.index is not None:
+            sends = self.sends.get((target.thread_id, target.checkpoint_ns, target.checkpoint_id))
+            node = send_target(sends, found.index) if sends else None
         fields = self.codec.writes_event(
             target.thread_id,
             target.checkpoint_ns,
@@ -454,6 +497,7 @@ class Operations:
             task_id,
             task_path,
             str(run_id) if run_id is not None else "",
+            node,
         )
         keys = self.appending(self.keys(target.thread_id))
         reply = yield Eval("append", keys, self._append_args("", fields), write=True)
@@ -478,6 +522,10 @@ class Operations:
             return None
         checkpoint_tuple, seen = self.codec.checkpoint_tuple(target.thread_id, reply, held)
         self._remember(target.thread_id, target.checkpoint_ns, seen)
+        sends = send_targets(checkpoint_tuple.checkpoint["channel_values"])
+        if sends:
+            key = (target.thread_id, target.checkpoint_ns, checkpoint_tuple.checkpoint["id"])
+            self.sends.learn(key, sends)
         return checkpoint_tuple
 
     def _remember(self, thread_id: str, checkpoint_ns: str, seen: dict[str, Held]) -> None:

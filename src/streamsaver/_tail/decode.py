@@ -195,10 +195,13 @@ def _decode(
         base["parent_checkpoint_id"] = get(b"parent", b"").decode() or None
         base["metadata"] = ormsgpack.unpackb(fields[b"meta"])
         base["channels"] = tuple(ormsgpack.unpackb(fields[b"nv"])[::3])
+        if (sends := get(b"sends")) is not None:
+            base["sends"] = tuple(ormsgpack.unpackb(sends))
         return _validate_event(base)
     channels = tuple(ormsgpack.unpackb(fields[b"wi"])[::2])
     base["task_id"] = _str(fields, b"task")
     base["task_path"] = get(b"path", b"").decode() or None
+    base["sent_to"] = _str(fields, b"node")
     base["channels"] = channels
     base["writes"] = tuple(
         (channel, codec.load(fields[b"w%d" % i])) for i, channel in enumerate(channels)
