@@ -69,11 +69,11 @@ def _fan_out(checkpointer: Any) -> Any:
     return builder.compile(checkpointer=checkpointer)
 
 
-def _run(saver: RedisStreamSaver, thread_id: str = "react") -> None:
+def _run(saver: RedisStreamSaver, thread_id: str = "react", durability: Any = None) -> None:
     graph = _fan_out(saver)
     config: Any = {"configurable": {"thread_id": thread_id}}
-    graph.invoke({"calls": [], "results": []}, config)
-    graph.invoke(Command(resume="yes"), config)
+    graph.invoke({"calls": [], "results": []}, config, durability=durability)
+    graph.invoke(Command(resume="yes"), config, durability=durability)
 
 
 _SENT = {"tools (Send #0)", "tools (Send #1)"}
@@ -181,7 +181,9 @@ def test_a_send_saved_before_its_checkpoint_is_named_by_readers(
 def test_the_writer_names_its_sends_so_a_live_tail_needs_no_checkpoint(
     sync_saver: RedisStreamSaver, client: redis.Redis
 ) -> None:
-    _run(sync_saver, "live")
+    # with "sync" durability LangGraph saves each checkpoint before running its tasks, so the
+    # writer always holds it (with "async" it usually does)
+    _run(sync_saver, "live", durability="sync")
     log = client.xrange(f"{sync_saver.prefix}:{{live}}:log")
     sent = [(i, f) for i, f in log if f.get(b"path", b"").startswith(b"~__pregel_push")]
     assert {f.get(b"node") for _, f in sent} == {b"tools"}
@@ -194,6 +196,17 @@ def test_the_writer_names_its_sends_so_a_live_tail_needs_no_checkpoint(
     assert {e.task for e in feed} >= _SENT
     latest = sync_saver.latest_events(["live"], count=50)["live"]
     assert {e.task for e in _writes(latest)} >= _SENT
+    group = sync_saver.consumer_group("workers", "one", start="0", block_ms=100)
+    delivered: list[ThreadEvent] = []
+    try:
+        for delivery in group:
+            delivered.append(delivery.event)
+            group.ack(delivery)
+            if len(delivered) == len(log):
+                break
+    finally:
+        group.close()
+    assert {e.task for e in _writes(delivered)} >= _SENT
 
 
 def test_a_second_process_that_read_the_checkpoint_names_the_sends(
@@ -324,3 +337,23 @@ def test_events_written_before_sends_were_recorded_keep_their_index() -> None:
         "0000000002, 0000000001"
     )
     assert (nested.task, nested.node) == ("call #2", None)
+
+
+def test_copies_and_compactions_keep_the_names(
+    sync_saver: RedisStreamSaver, client: redis.Redis
+) -> None:
+    _run(sync_saver, "source")
+    assert sync_saver.verify("source")[2] == []
+    sync_saver.copy_thread("source", "copy")
+    compacting = RedisStreamSaver(client, prefix=sync_saver.prefix, keep_last=2)
+    _run(compacting, "compacted")
+    _run(compacting, "compacted")
+    # again, up to the interrupt: then the fan-out's checkpoint is among the 2 kept, copied
+    config: Any = {"configurable": {"thread_id": "compacted"}}
+    _fan_out(compacting).invoke({"calls": [], "results": []}, config)
+    copied = [e for e in sync_saver.history("compacted") if e.origin is not None]
+    assert any(e.sends == ("tools", "tools") for e in copied)
+    for thread_id in ("copy", "compacted"):
+        assert sync_saver.verify(thread_id)[2] == []
+        tasks = {e.task for e in _writes(sync_saver.history(thread_id))}
+        assert tasks >= _SENT, thread_id

@@ -25,6 +25,7 @@ __all__ = [
     "Origin",
     "SendTargets",
     "origin",
+    "send_index",
     "send_target",
     "send_targets",
 ]
@@ -75,6 +76,15 @@ def origin(task_path: str | None) -> Origin:
         caller = parts[2] if parts[1] == PULL and len(parts) == 5 else None
         return Origin("call", caller or None, int(parts[-2]))
     return _UNKNOWN
+
+
+def send_index(task_path: str) -> int | None:
+    """The packet index a Send's task path holds; None for any other task (cheaply: a writer
+    asks on every put_writes)."""
+    if PUSH not in task_path:
+        return None
+    found = origin(task_path)
+    return found.index if found.kind == "send" else None
 
 
 def send_targets(values: Mapping[str, Any]) -> tuple[str, ...]:

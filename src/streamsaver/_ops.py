@@ -58,7 +58,7 @@ from ._keys import (
     scratch_keys,
     thread_keys,
 )
-from ._nodes import SendTargets, origin, send_target, send_targets
+from ._nodes import SendTargets, send_index, send_target, send_targets
 
 __all__ = [
     "Call",
@@ -485,10 +485,9 @@ class Operations:
             )
         run_id = (config.get("metadata") or {}).get("run_id")
         node = None
-        found = origin(task_path)
-        if found.kind == "send" and found.index is not None:
+        if (index := send_index(task_path)) is not None:
             sends = self.sends.get((target.thread_id, target.checkpoint_ns, target.checkpoint_id))
-            node = send_target(sends, found.index) if sends else None
+            node = send_target(sends, index) if sends else None
         fields = self.codec.writes_event(
             target.thread_id,
             target.checkpoint_ns,
