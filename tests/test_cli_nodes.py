@@ -357,3 +357,24 @@ def test_copies_and_compactions_keep_the_names(
         assert sync_saver.verify(thread_id)[2] == []
         tasks = {e.task for e in _writes(sync_saver.history(thread_id))}
         assert tasks >= _SENT, thread_id
+
+
+def test_an_export_made_before_the_sends_were_shown_still_verifies(
+    sync_saver: RedisStreamSaver,
+) -> None:
+    _run(sync_saver, "exported")
+    out = io.StringIO()
+    sync_saver.export_audit(["exported"], out)
+    records = [json.loads(line) for line in out.getvalue().splitlines()]
+    for record in records:
+        record.pop("sends", None)
+        record.pop("sent_to", None)
+    older = [json.dumps(r) for r in records]
+    assert [c.problem for c in verify_export(older, sync_saver.serde)] == [None]
+    sent = next(
+        i for i, r in enumerate(records) if r.get("node") == "tools" and "Send" in r["task"]
+    )
+    records[sent]["node"] = "agent"
+    edited = [json.dumps(r) for r in records]
+    (check,) = verify_export(edited, sync_saver.serde)
+    assert check.problem is not None and f"line {sent + 1} " in check.problem
