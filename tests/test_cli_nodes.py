@@ -378,3 +378,20 @@ def test_an_export_made_before_the_sends_were_shown_still_verifies(
     edited = [json.dumps(r) for r in records]
     (check,) = verify_export(edited, sync_saver.serde)
     assert check.problem is not None and f"line {sent + 1} " in check.problem
+
+
+def test_a_hand_written_sends_or_node_field_costs_no_event(
+    sync_saver: RedisStreamSaver, client: redis.Redis
+) -> None:
+    _run(sync_saver, "edited", durability="sync")
+    log = f"{sync_saver.prefix}:{{edited}}:log"
+    fields = next(f for _, f in client.xrange(log) if f[b"k"] == b"checkpoint")
+    checkpoint = {**fields, b"sends": b"\xc1", b"id": b"x"}  # 0xc1: never valid msgpack
+    client.xadd(log, checkpoint)  # type: ignore[arg-type]
+    writes = next(f for _, f in client.xrange(log) if f.get(b"node"))
+    client.xadd(log, {**writes, b"node": b"\xff"})  # type: ignore[arg-type]
+    skipped: list[Any] = []
+    events = list(sync_saver.tail("edited", after="0", follow=False, on_skip=skipped.append))
+    assert skipped == []
+    assert events[-2].kind == "checkpoint" and events[-2].sends == ()
+    assert events[-1].kind == "writes" and events[-1].node == "tools"  # named by its checkpoint
