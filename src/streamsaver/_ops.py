@@ -74,8 +74,8 @@ __all__ = [
     "aiterate",
     "consume",
     "drive",
+    "expand_items",
     "iterate",
-    "map_items",
     "threads_by_slot",
 ]
 
@@ -195,21 +195,6 @@ async def aiterate(flow: Items[E], execute: Callable[[Op], Awaitable[Any]]) -> A
             reply = None
         else:
             reply = await execute(step)
-
-
-def map_items(flow: Items[E], convert: Callable[[E], F]) -> Items[F]:
-    """``flow`` with every item it emits converted."""
-    reply: Any = None
-    while True:
-        try:
-            step = flow.send(reply)
-        except StopIteration:
-            return
-        if isinstance(step, Emit):
-            yield Emit(convert(step.item))
-            reply = None
-        else:
-            reply = yield step
 
 
 def expand_items(
