@@ -25,6 +25,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, Send, interrupt
 
 from streamsaver import AsyncRedisStreamSaver, RedisStreamSaver
+from streamsaver._tail.naming import Namer
 from streamsaver.audit import read_export, verify_export
 from streamsaver.cli import main
 from streamsaver.events import ThreadEvent
@@ -395,3 +396,29 @@ def test_a_hand_written_sends_or_node_field_costs_no_event(
     assert skipped == []
     assert events[-2].kind == "checkpoint" and events[-2].sends == ()
     assert events[-1].kind == "writes" and events[-1].node == "tools"  # named by its checkpoint
+
+
+def test_history_keeps_log_order_and_lets_go_of_writes_whose_checkpoint_never_comes(
+    sync_saver: RedisStreamSaver, client: redis.Redis
+) -> None:
+    _run(sync_saver, "orphan", durability="sync")
+    latest = sync_saver.get_tuple({"configurable": {"thread_id": "orphan"}})
+    assert latest is not None
+    nowhere: Any = {"configurable": {"thread_id": "orphan", "checkpoint_id": str(uuid6())}}
+    sync_saver.put_writes(nowhere, [("results", "lost")], "lost", "~__pregel_push, 1, False")
+    for i in range(3):
+        sync_saver.put_writes(latest.config, [("results", i)], f"t{i}", "~__pregel_pull, review")
+    events = list(sync_saver.history("orphan"))
+    ids = [i.decode() for i, _ in client.xrange(f"{sync_saver.prefix}:{{orphan}}:log")]
+    assert [e.id for e in events] == ids
+    assert [e.task for e in events if e.task_id == "lost"] == ["Send #1"]
+
+    namer: Namer[int] = Namer(hold=256)
+    orphan = next(e for e in events if e.task_id == "lost")
+    assert namer.add(orphan, -1) == []
+    other = next(e for e in events if e.task_id == "t0")
+    for i in range(255):
+        assert namer.add(other, i) == []
+    # the 257th event held lets the first go, and those behind it that need nothing
+    assert [c for _, c in namer.add(other, 255)] == [-1, *range(256)]
+    assert namer.flush() == []

@@ -13,7 +13,7 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Generic, TypeVar
 
-from .._nodes import Key, SendTargets, origin, send_target
+from .._nodes import Key, SendTargets, send_index, send_target
 from ..events import SkippedEvent, ThreadEvent
 
 __all__ = ["Namer", "name_batch"]
@@ -39,13 +39,13 @@ def _named(targets: SendTargets, item: Item) -> Item | None:
     whose checkpoint was not seen (yet)."""
     if not (isinstance(item, ThreadEvent) and item.kind == "writes" and item.sent_to is None):
         return item
-    found = origin(item.task_path)
-    if found.kind != "send" or found.index is None:
+    index = send_index(item.task_path or "")
+    if index is None:
         return item
     sends = targets.get(_key(item))
     if sends is None:
         return None
-    node = send_target(sends, found.index)
+    node = send_target(sends, index)
     return item.model_copy(update={"sent_to": node}) if node else item
 
 
