@@ -422,3 +422,28 @@ def test_history_keeps_log_order_and_lets_go_of_writes_whose_checkpoint_never_co
     # the 257th event held lets the first go, and those behind it that need nothing
     assert [c for _, c in namer.add(other, 255)] == [-1, *range(256)]
     assert namer.flush() == []
+
+
+def _boom(state: Branches) -> dict[str, Any]:
+    raise ValueError("tool failed")
+
+
+def _handled(state: Branches) -> dict[str, Any]:
+    return {"seen": ["handled"]}
+
+
+def test_error_handlers_name_the_task_whose_error_they_ran(sync_saver: RedisStreamSaver) -> None:
+    builder = StateGraph(Branches)
+    builder.add_node("plan", lambda state: {"seen": []})
+    builder.add_node("step", _boom, error_handler=_handled)
+    builder.add_node("tool", _boom, error_handler=_handled)
+    builder.add_edge(START, "plan")
+    builder.add_edge("plan", "step")
+    builder.add_conditional_edges("plan", lambda s: [Send("tool", {"seen": []})], ["tool"])
+    graph = builder.compile(checkpointer=sync_saver)
+    assert graph.invoke({"seen": []}, {"configurable": {"thread_id": "failing"}}) == {
+        "seen": ["handled", "handled"]
+    }
+    shown = {(e.task, e.node) for e in _writes(sync_saver.history("failing"))}
+    assert {("step error handler", None), ("tool (Send #0) error handler", None)} <= shown
+    assert {("step", "step"), ("tool (Send #0)", "tool")} <= shown  # their errors

@@ -38,6 +38,7 @@ RESUME = "__resume__"
 NULL_TASK_ID = "00000000-0000-0000-0000-000000000000"
 _TRUE = ("0000000001", "True")  # how task_path_str() writes a path's trailing flag
 _FALSE = ("0000000000", "False")
+_HANDLER = "node_error_handler"
 
 
 def _path_parts(task_path: str | None) -> list[str]:
@@ -52,11 +53,14 @@ def _path_parts(task_path: str | None) -> list[str]:
 class Origin:
     """What a task path says of its task: ``pull`` (``name`` is its node), ``send`` (the
     ``index``-th packet of its checkpoint), ``call`` (the caller's ``index``-th call; ``name``
-    is the caller's node when the caller is a pull task), or ``""`` (no path, or unknown)."""
+    is the caller's node when the caller is a pull task), or ``""`` (no path, or unknown).
+    ``handler``: the task is the error handler of that task (its own node, the one
+    ``add_node(error_handler=...)`` or the graph's default gave, is not in the path)."""
 
     kind: Literal["pull", "send", "call", ""]
     name: str | None = None
     index: int | None = None
+    handler: bool = False
 
 
 _UNKNOWN = Origin("")
@@ -64,23 +68,27 @@ _UNKNOWN = Origin("")
 
 def origin(task_path: str | None) -> Origin:
     parts = _path_parts(task_path)
+    # an error handler: (*the failed task's path, "node_error_handler", False)
+    handler = len(parts) >= 4 and parts[-2] == _HANDLER and parts[-1] in _FALSE
+    if handler:
+        parts = parts[:-2]
     if not parts:
         return _UNKNOWN
     if parts[0] != PUSH:
-        return Origin("pull", parts[-1] or None)
+        return Origin("pull", parts[-1] or None, None, handler)
     # a Send: (PUSH, index, False); LangGraph before 0.3 wrote (PUSH, index)
     if len(parts) in (2, 3) and parts[1].isdigit() and (len(parts) == 2 or parts[2] in _FALSE):
-        return Origin("send", None, int(parts[1]))
+        return Origin("send", None, int(parts[1]), handler)
     # a call: (PUSH, the caller's path, index, True)
     if len(parts) >= 4 and parts[-1] in _TRUE and parts[-2].isdigit():
         caller = parts[2] if parts[1] == PULL and len(parts) == 5 else None
-        return Origin("call", caller or None, int(parts[-2]))
+        return Origin("call", caller or None, int(parts[-2]), handler)
     return _UNKNOWN
 
 
 def send_index(task_path: str) -> int | None:
-    """The packet index a Send's task path holds; None for any other task (cheaply: a writer
-    asks on every put_writes)."""
+    """The packet index a Send's task path (or its error handler's) holds; None for any other
+    task (cheaply: a writer asks on every put_writes)."""
     if PUSH not in task_path:
         return None
     found = origin(task_path)

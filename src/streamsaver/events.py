@@ -87,8 +87,9 @@ class ThreadEvent(BaseModel):
     )
     sent_to: str | None = Field(
         default=None,
-        description="writes of a Send's task: the node its packet went to, as the writer or "
-        "the reader found it in the checkpoint's sends; None if unknown",
+        description="writes of a Send's task (or of its error handler): the node its packet "
+        "went to, as the writer or the reader found it in the checkpoint's sends; None if "
+        "unknown",
     )
     run_id: str | None = None
     timestamp: datetime = Field(description="when the server appended it (from the id), UTC")
@@ -155,11 +156,14 @@ class ThreadEvent(BaseModel):
     def node(self) -> str | None:
         """The graph node a writes event came from: a pull task's, which its path names
         ("~__pregel_pull, agent"); a Send's task's (e.g. a tool call), its packet's node
-        (``sent_to``). None for a functional-API task call (its function's name reaches no
-        checkpointer), for the answer of ``Command(resume=...)``, and when unknown."""
+        (``sent_to``). None for a functional-API task call and an error handler (their names
+        reach no checkpointer), for the answer of ``Command(resume=...)``, and when
+        unknown."""
         if self.kind != "writes":
             return None
         found = origin(self.task_path)
+        if found.handler:
+            return None
         if found.kind == "pull":
             return found.name
         if found.kind == "send":
@@ -172,9 +176,9 @@ class ThreadEvent(BaseModel):
         """Who wrote a writes event, for people: the node; ``<node> (Send #<i>)`` for the
         step's i-th Send packet (``Send #<i>`` when the node is unknown, as in events written
         before 0.x); ``<caller> call #<i>`` for a functional-API task's i-th call;
-        ``resume`` for the answer a ``Command(resume=...)`` gave to an interrupt, and
-        ``<who> resume`` for the task that consumed it; else None (the task id is all there
-        is)."""
+        ``<who> error handler`` for the handler a failed task's error ran; ``resume`` for
+        the answer a ``Command(resume=...)`` gave to an interrupt, and ``<who> resume`` for
+        the task that consumed it; else None (the task id is all there is)."""
         if self.kind != "writes":
             return None
         found = origin(self.task_path)
@@ -191,6 +195,8 @@ class ThreadEvent(BaseModel):
             who = found.name if found.kind == "pull" else None
         if who is None:
             return None
+        if found.handler:
+            who += " error handler"
         return f"{who} resume" if resumed else who
 
 
