@@ -447,3 +447,20 @@ def test_error_handlers_name_the_task_whose_error_they_ran(sync_saver: RedisStre
     shown = {(e.task, e.node) for e in _writes(sync_saver.history("failing"))}
     assert {("step error handler", None), ("tool (Send #0) error handler", None)} <= shown
     assert {("step", "step"), ("tool (Send #0)", "tool")} <= shown  # their errors
+
+
+async def test_the_console_shows_the_node_a_send_ran(async_saver: AsyncRedisStreamSaver) -> None:
+    import httpx
+
+    from streamsaver.web import create_app
+
+    graph = _fan_out(async_saver)
+    config: Any = {"configurable": {"thread_id": "console"}}
+    await graph.ainvoke({"calls": [], "results": []}, config, interrupt_before=["review"])
+    transport = httpx.ASGITransport(app=create_app(async_saver))
+    async with httpx.AsyncClient(transport=transport, base_url="http://console") as h:
+        page = (await h.get("/thread", params={"thread_id": "console"})).text
+        rows = (await h.post("/threads/search", json={})).json()
+    assert "<td>tools (Send #0) <span" in page and "<td>tools (Send #1) <span" in page
+    # the latest checkpoint (before review) has no writes: its parent's are the Sends'
+    assert [r["last_node"] for r in rows] == ["tools"]
