@@ -23,11 +23,14 @@ output, one line per event (--json: one JSON object per line, the ThreadEvent fi
   <time UTC> [<thread>] <kind> ns=<namespace> step=<step> <node or task> <channels>
 
 step: a checkpoint's metadata step; for writes, the step their task ran in (when this tail \
-saw their checkpoint). node or task: the graph node of a writes event (from its task path); \
-'Send #<i>' for a push task (the step's i-th Send, e.g. a tool call); 'resume' for the \
-answer of Command(resume=...), '<node> resume' for the node that consumed it; else the task \
-id. A checkpoint shows its source (input, loop, update, fork). channels: what a writes event \
-wrote, or the channels a checkpoint stored a new value for.
+saw their checkpoint). node or task: the graph node of a writes event; '<node> (Send #<i>)' \
+for the step's i-th Send (e.g. a tool call; 'Send #<i>' when its node is unknown); \
+'<caller> call #<i>' for a functional-API task call; '<task> error handler' for the handler \
+of a failed task's error; 'resume' for the answer of \
+Command(resume=...), '<task> resume' for the task that consumed it; else the task id. A \
+checkpoint shows its source (input, loop, update, fork) and, when it has Sends pending, \
+'sends=<node>,...'. channels: what a writes event wrote, or the channels a checkpoint stored a \
+new value for.
 
 examples:
   streamsaver tail my-thread               the thread's history so far

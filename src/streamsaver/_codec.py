@@ -327,9 +327,11 @@ class Codec:
         parent_id: str | None,
         known: Callable[[str], Known | None],
         written: Written | None = None,
+        sends: Sequence[str] = (),
     ) -> CheckpointEvent:
         """``known(channel)``: a stored list value the channel's new value may append to;
-        ``written``: the writes this process appended for the parent checkpoint."""
+        ``written``: the writes this process appended for the parent checkpoint; ``sends``:
+        the node of each pending Send packet (_nodes.send_targets)."""
         _check_metadata(metadata, "metadata")
         values = checkpoint["channel_values"]
         record = {
@@ -371,6 +373,8 @@ class Codec:
             "nv", ormsgpack.packb(nv),
             *blobs,
         ]  # fmt: skip
+        if sends:
+            event.fields += ("sends", ormsgpack.packb(list(sends)))
         self._checked(event.fields, f"checkpoint {checkpoint['id']!r}")
         return event
 
@@ -383,7 +387,9 @@ class Codec:
         task_id: str,
         task_path: str,
         run_id: str,
+        node: str | None = None,
     ) -> list[Field]:
+        """``node``: the node a Send's task ran, when the writer knows it (_nodes.py)."""
         wi: list[str | int] = []
         values: list[Field] = []
         for i, write in enumerate(writes):
@@ -411,6 +417,8 @@ class Codec:
             "wi", ormsgpack.packb(wi),
             *values,
         ]  # fmt: skip
+        if node:
+            fields += ("node", node)
         return self._checked(fields, f"writes of task {task_id!r}")
 
     def _compose(

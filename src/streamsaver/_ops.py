@@ -12,7 +12,15 @@ from __future__ import annotations
 import builtins
 import re
 import warnings
-from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Generator,
+    Iterable,
+    Iterator,
+    Sequence,
+)
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 
@@ -50,6 +58,7 @@ from ._keys import (
     scratch_keys,
     thread_keys,
 )
+from ._nodes import SendTargets, send_index, send_target, send_targets
 
 __all__ = [
     "Call",
@@ -65,8 +74,8 @@ __all__ = [
     "aiterate",
     "consume",
     "drive",
+    "expand_items",
     "iterate",
-    "map_items",
     "threads_by_slot",
 ]
 
@@ -188,19 +197,25 @@ async def aiterate(flow: Items[E], execute: Callable[[Op], Awaitable[Any]]) -> A
             reply = await execute(step)
 
 
-def map_items(flow: Items[E], convert: Callable[[E], F]) -> Items[F]:
-    """``flow`` with every item it emits converted."""
+def expand_items(
+    flow: Items[E], convert: Callable[[E], Iterable[F]], finish: Callable[[], Iterable[F]]
+) -> Items[F]:
+    """``flow`` with every item it emits turned into any number of items, then ``finish()``'s:
+    for a converter that may hold items back until later ones come."""
     reply: Any = None
     while True:
         try:
             step = flow.send(reply)
         except StopIteration:
-            return
+            break
         if isinstance(step, Emit):
-            yield Emit(convert(step.item))
+            for item in convert(step.item):
+                yield Emit(item)
             reply = None
         else:
             reply = yield step
+    for item in finish():
+        yield Emit(item)
 
 
 def consume(flow: Items[E], take: Callable[[E], None]) -> Flow[None]:
@@ -293,6 +308,9 @@ class Operations:
         self.durability = durability or Durability("none", 1, 1)
         # None stores every value whole
         self.cache = cache
+        # the Send targets of the checkpoints this process put or read, to name the node on
+        # their Sends' writes (_nodes.py)
+        self.sends = SendTargets()
 
     # pointers kept per feed (approximate MAXLEN); 0 announces nothing (see _feed.py)
     feed_maxlen: int = DEFAULT_FEED_MAXLEN
@@ -381,6 +399,10 @@ class Operations:
                 f"got {type(checkpoint).__name__} with id {checkpoint_id!r}"
             )
         serializable = get_serializable_checkpoint_metadata(config, metadata)
+        sends = send_targets(checkpoint.get("channel_values") or {})
+        if sends:
+            # before any I/O: LangGraph may run the Sends, and save their writes, meanwhile
+            self.sends.learn((target.thread_id, target.checkpoint_ns, checkpoint_id), sends)
 
         def event(known: Callable[[str], Known | None], written: Written | None) -> CheckpointEvent:
             return self.codec.checkpoint_event(
@@ -392,6 +414,7 @@ class Operations:
                 target.checkpoint_id,
                 known,
                 written,
+                sends,
             )
 
         cache = self.cache
@@ -446,6 +469,10 @@ class Operations:
                 f"task_id and task_path must be strings, got {task_id!r} and {task_path!r}"
             )
         run_id = (config.get("metadata") or {}).get("run_id")
+        node = None
+        if (index := send_index(task_path)) is not None:
+            sends = self.sends.get((target.thread_id, target.checkpoint_ns, target.checkpoint_id))
+            node = send_target(sends, index) if sends else None
         fields = self.codec.writes_event(
             target.thread_id,
             target.checkpoint_ns,
@@ -454,6 +481,7 @@ class Operations:
             task_id,
             task_path,
             str(run_id) if run_id is not None else "",
+            node,
         )
         keys = self.appending(self.keys(target.thread_id))
         reply = yield Eval("append", keys, self._append_args("", fields), write=True)
@@ -478,6 +506,10 @@ class Operations:
             return None
         checkpoint_tuple, seen = self.codec.checkpoint_tuple(target.thread_id, reply, held)
         self._remember(target.thread_id, target.checkpoint_ns, seen)
+        sends = send_targets(checkpoint_tuple.checkpoint["channel_values"])
+        if sends:
+            key = (target.thread_id, target.checkpoint_ns, checkpoint_tuple.checkpoint["id"])
+            self.sends.learn(key, sends)
         return checkpoint_tuple
 
     def _remember(self, thread_id: str, checkpoint_ns: str, seen: dict[str, Held]) -> None:

@@ -78,6 +78,8 @@ def event_line(event: ThreadEvent, steps: Steps, every: bool, values: bool = Fal
         who = str((event.metadata or {}).get("source", "-"))
         if event.fork:
             who += f" FORK of {event.parent_checkpoint_id}"
+        if event.sends:
+            who += f" sends={','.join(event.sends)}"
         shown = [
             (f"{channel}+" if channel in event.appended else channel, value)
             for channel, value in (event.values or {}).items()

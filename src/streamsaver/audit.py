@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, TextIO
+from typing import Any, Generic, TextIO, TypeVar
 
 import ormsgpack
 from langgraph.checkpoint.serde.base import SerializerProtocol
@@ -24,9 +24,11 @@ from ._codec import Codec
 from ._config import thread_id_str
 from ._delta import array_header
 from ._errors import InvalidInputError
-from ._ops import Call, Each, Entry, Flow, Items, Operations, consume, map_items
+from ._nodes import SendTargets
+from ._ops import Call, Each, Entry, Flow, Items, Operations, consume, expand_items
 from ._render import jsonable
 from ._tail import decode_event, entries
+from ._tail.naming import Namer, name_batch
 from .events import SkippedEvent, ThreadDeletion, ThreadEvent, Undecoded
 
 __all__ = [
@@ -41,6 +43,8 @@ __all__ = [
     "read_export",
     "verify_export",
 ]
+
+C = TypeVar("C")
 
 FORMAT = "streamsaver.audit"
 FORMAT_VERSION = 1
@@ -70,18 +74,31 @@ class _Lenient(SerializerProtocol):
         return Undecoded(type=data[0], size=len(data[1]), error=type(exc).__name__)
 
 
-class Timeline:
+class Timeline(Generic[C]):
     """Turns a thread's log entries, fed in order, into ``ThreadEvent``s with what only their
     order tells: ``fork`` (a checkpoint whose parent is not the previous checkpoint of its
-    namespace) and, with ``values``, the checkpoint values each event stores, decoded."""
+    namespace), the node of a Send's writes saved before their checkpoint (``_tail.naming``;
+    ``add`` may hold events back until it comes, so a caller carries what it needs along)
+    and, with ``values``, the checkpoint values each event stores, decoded."""
 
     def __init__(self, serde: SerializerProtocol, *, values: bool = False) -> None:
         self.serde = _Lenient(serde)
         self.codec = Codec(self.serde, 0)  # decodes only; the size limit is for writing
         self.values = values
         self._latest: dict[str, str] = {}  # namespace -> its previous checkpoint id
+        self._namer: Namer[C] = Namer()
 
-    def event(self, stream: str, entry_id: str, fields: Pairs) -> ThreadEvent | SkippedEvent:
+    def add(
+        self, stream: str, entry_id: str, fields: Pairs, carry: C
+    ) -> list[tuple[ThreadEvent | SkippedEvent, C]]:
+        """The next entry; the events ready, in order, each with its ``carry``."""
+        return self._namer.add(self._event(stream, entry_id, fields), carry)
+
+    def flush(self) -> list[tuple[ThreadEvent | SkippedEvent, C]]:
+        """The events held back: the log ended."""
+        return self._namer.flush()
+
+    def _event(self, stream: str, entry_id: str, fields: Pairs) -> ThreadEvent | SkippedEvent:
         named = dict(fields)
         event = decode_event(self.codec, stream, entry_id, named)
         if not isinstance(event, ThreadEvent) or event.kind != "checkpoint":
@@ -142,9 +159,19 @@ def _deletion_record(deletion: ThreadDeletion) -> dict[str, Any]:
 def history(
     ops: Operations, thread_id: str, serde: SerializerProtocol, values: bool
 ) -> Items[ThreadEvent | SkippedEvent]:
-    timeline = Timeline(serde, values=values)
+    timeline: Timeline[None] = Timeline(serde, values=values)
     log = ops.keys(thread_id_str(thread_id, "thread_id")).log
-    return map_items(ops.log_entries(thread_id), lambda e: timeline.event(log, *e))
+
+    def events(
+        found: Iterable[tuple[ThreadEvent | SkippedEvent, None]],
+    ) -> list[ThreadEvent | SkippedEvent]:
+        return [event for event, _ in found]
+
+    return expand_items(
+        ops.log_entries(thread_id),
+        lambda e: events(timeline.add(log, *e, None)),
+        lambda: events(timeline.flush()),
+    )
 
 
 _ENTRY_ID = re.compile(r"\d{1,20}-\d{1,20}")
@@ -185,14 +212,17 @@ def latest(
     ids = [thread_id_str(t, "thread_id") for t in thread_ids]
     logs = [ops.keys(t).log for t in ids]
     replies = yield Each(tuple(Call(("XREVRANGE", log, "+", "-", "COUNT", count)) for log in logs))
-    codec = Timeline(serde).codec
+    codec = Timeline[None](serde).codec
     found: dict[str, list[ThreadEvent | SkippedEvent]] = {}
     for thread_id, log, reply in zip(ids, logs, replies, strict=True):
         if isinstance(reply, Exception):
             raise reply
-        found[thread_id] = [
-            decode_event(codec, log, entry_id, fields or {}) for entry_id, fields in entries(reply)
+        oldest_first = [
+            (decode_event(codec, log, entry_id, fields or {}), None)
+            for entry_id, fields in reversed(entries(reply))
         ]
+        named = name_batch(SendTargets(), oldest_first)
+        found[thread_id] = [event for event, _ in reversed(named)]
     return found
 
 
@@ -260,7 +290,7 @@ class ExportWriter:
             }
         )
         self._thread: str | None = None
-        self._timeline = Timeline(serde, values=True)
+        self._timeline: Timeline[Entry] = Timeline(serde, values=True)
         self._check = ChainCheck()
 
     def _write(self, record: dict[str, Any]) -> None:
@@ -276,11 +306,15 @@ class ExportWriter:
     def entry(self, entry: Entry) -> None:
         entry_id, fields = entry
         self._check.add(entry_id, fields)
-        event = self._timeline.event("", entry_id, fields)
-        self._write(_record(self._thread or "", event, entry_id, fields))
-        self.events += 1
+        self._records(self._timeline.add("", entry_id, fields, entry))
+
+    def _records(self, ready: Iterable[tuple[ThreadEvent | SkippedEvent, Entry]]) -> None:
+        for event, (entry_id, fields) in ready:
+            self._write(_record(self._thread or "", event, entry_id, fields))
+            self.events += 1
 
     def end(self) -> None:
+        self._records(self._timeline.flush())
         self._write(
             {
                 "type": "end",
@@ -296,14 +330,21 @@ def read_export(
 ) -> Iterator[ThreadEvent | SkippedEvent | ThreadDeletion]:
     """The records of an export file decoded again from their stored fields (not from their
     readable view), with ``serde``: the same events ``saver.history(values=True)`` gave."""
-    timelines: dict[str, Timeline] = {}
+    timelines: dict[str, Timeline[None]] = {}
     for line in lines:
         record = json.loads(line)
         if record["type"] == "deleted":
             yield ThreadDeletion.model_validate({k: v for k, v in record.items() if k != "type"})
         elif record["type"] in ("event", "unreadable"):
             timeline = timelines.setdefault(record["thread_id"], Timeline(serde, values=True))
-            yield timeline.event("", str(record["id"]), _fields(record))
+            for event, _ in timeline.add("", str(record["id"]), _fields(record), None):
+                yield event
+        elif record["type"] == "end" and record.get("thread_id") in timelines:
+            for event, _ in timelines.pop(record["thread_id"]).flush():
+                yield event
+    for timeline in timelines.values():
+        for event, _ in timeline.flush():
+            yield event
 
 
 @dataclass
@@ -321,7 +362,8 @@ class _FileThread:
     def __init__(self, thread_id: str, serde: SerializerProtocol) -> None:
         self.report = ExportCheck(thread_id)
         self.chain = ChainCheck()
-        self.timeline = Timeline(serde, values=True)
+        # (line number, record, entry id, fields) travel with the event the line renders
+        self.timeline: Timeline[_Line] = Timeline(serde, values=True)
         self.ended = False
 
     def fail(self, problem: str) -> None:
@@ -373,6 +415,7 @@ def verify_export(lines: Iterable[str], serde: SerializerProtocol) -> list[Expor
         elif kind in ("event", "unreadable"):
             _verify_line(current, number, record)
         elif kind == "end":
+            _compare(current, current.timeline.flush())
             current.ended = True
             claimed = (record.get("events"), record.get("head"))
             if claimed != (current.chain.events, current.chain.head):
@@ -386,6 +429,7 @@ def verify_export(lines: Iterable[str], serde: SerializerProtocol) -> list[Expor
             current.fail(f"line {number}: unknown record type {kind!r}")
     for thread in threads.values():
         if not thread.ended:
+            _compare(thread, thread.timeline.flush())
             thread.fail("no end record: the file was truncated")
         thread.report.events = thread.chain.events
         thread.report.head = thread.chain.head
@@ -404,10 +448,25 @@ def _verify_line(thread: _FileThread, number: int, record: dict[str, Any]) -> No
     thread.chain.add(entry_id, fields)
     if intact and thread.chain.problem is not None:
         thread.fail(str(thread.chain.problem))  # the chain says more than "edited"
-    event = thread.timeline.event("", entry_id, fields)
-    rendered = _record(thread.report.thread_id, event, entry_id, fields)
-    if rendered != record:
-        thread.fail(
-            f"line {number} (event {entry_id}): its readable view does not match its stored "
-            f"fields: the line was edited"
-        )
+    _compare(thread, thread.timeline.add("", entry_id, fields, (number, record, fields)))
+
+
+_Line = tuple[int, dict[str, Any], Pairs]
+# ThreadEvent fields added since format version 1 first shipped; the node and task they name
+# are compared all the same
+_LATER_KEYS = frozenset({"sends", "sent_to"})
+
+
+def _compare(
+    thread: _FileThread, ready: Iterable[tuple[ThreadEvent | SkippedEvent, _Line]]
+) -> None:
+    for event, (number, record, fields) in ready:
+        entry_id = str(record["id"])
+        rendered = _record(thread.report.thread_id, event, entry_id, fields)
+        for key in _LATER_KEYS - record.keys():
+            rendered.pop(key, None)  # an export made before they were part of the view
+        if rendered != record:
+            thread.fail(
+                f"line {number} (event {entry_id}): its readable view does not match its "
+                f"stored fields: the line was edited"
+            )

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 from ._codec import SCHEMA_VERSION
 from ._config import make_config
+from ._nodes import NULL_TASK_ID, RESUME, origin
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -63,19 +64,6 @@ class DeletedHistory(BaseModel):
     )
 
 
-# LangGraph's names (langgraph._internal._constants), fixed by its checkpoint format
-_PUSH = "__pregel_push"
-_RESUME = "__resume__"
-_NULL_TASK_ID = "00000000-0000-0000-0000-000000000000"
-
-
-def _path_parts(task_path: str | None) -> list[str]:
-    """ "~__pregel_pull, agent" -> ["__pregel_pull", "agent"]; older LangGraph wrote tuples."""
-    if not task_path:
-        return []
-    return [p.strip().strip("'\"()~ ") for p in task_path.split(",")]
-
-
 class ThreadEvent(BaseModel):
     """One event of a thread's log. ``schema_version`` is the event's own ``sv``."""
 
@@ -92,6 +80,17 @@ class ThreadEvent(BaseModel):
     parent_checkpoint_id: str | None = None
     task_id: str | None = None
     task_path: str | None = None
+    sends: tuple[str, ...] = Field(
+        default=(),
+        description="checkpoint: the node each pending Send packet goes to, in order (a Send "
+        "task's path holds its index here); empty if none, or written before 0.x recorded them",
+    )
+    sent_to: str | None = Field(
+        default=None,
+        description="writes of a Send's task (or of its error handler): the node its packet "
+        "went to, as the writer or the reader found it in the checkpoint's sends; None if "
+        "unknown",
+    )
     run_id: str | None = None
     timestamp: datetime = Field(description="when the server appended it (from the id), UTC")
     metadata: dict[str, Any] | None = Field(
@@ -155,33 +154,50 @@ class ThreadEvent(BaseModel):
     @computed_field  # type: ignore[prop-decorator]
     @property
     def node(self) -> str | None:
-        """The graph node a writes event came from, when its task path names it: a pull
-        task's ("~__pregel_pull, agent"). A push task's path ("~__pregel_push, 0000000001,
-        ...": a Send or a call) holds only its index among the step's packets, so None."""
-        parts = _path_parts(self.task_path)
-        if not parts or parts[0] == _PUSH:
+        """The graph node a writes event came from: a pull task's, which its path names
+        ("~__pregel_pull, agent"); a Send's task's (e.g. a tool call), its packet's node
+        (``sent_to``). None for a functional-API task call and an error handler (their names
+        reach no checkpointer), for the answer of ``Command(resume=...)``, and when
+        unknown."""
+        if self.kind != "writes":
             return None
-        return parts[-1] or None
+        found = origin(self.task_path)
+        if found.handler:
+            return None
+        if found.kind == "pull":
+            return found.name
+        if found.kind == "send":
+            return self.sent_to
+        return None
 
     @computed_field  # type: ignore[prop-decorator]
     @property
     def task(self) -> str | None:
-        """Who wrote a writes event, for people: the node; ``Send #<i>`` for a push task (the
-        i-th packet of the step, e.g. a tool call); ``resume`` for the answer a
-        ``Command(resume=...)`` gave to an interrupt, or ``<node> resume`` for the node that
-        consumed it; else None (the task id is all there is)."""
+        """Who wrote a writes event, for people: the node; ``<node> (Send #<i>)`` for the
+        step's i-th Send packet (``Send #<i>`` when the node is unknown, as in events written
+        before 0.x); ``<caller> call #<i>`` for a functional-API task's i-th call;
+        ``<who> error handler`` for the handler a failed task's error ran; ``resume`` for
+        the answer a ``Command(resume=...)`` gave to an interrupt, and ``<who> resume`` for
+        the task that consumed it; else None (the task id is all there is)."""
         if self.kind != "writes":
             return None
-        parts = _path_parts(self.task_path)
-        resumed = _RESUME in self.channels
-        if parts and parts[0] == _PUSH:
-            index = parts[1].lstrip("0") or "0" if len(parts) > 1 else "?"
-            return f"Send #{index}"
-        if resumed and self.task_id == _NULL_TASK_ID:
+        found = origin(self.task_path)
+        resumed = RESUME in self.channels
+        if found.kind == "send":
+            name = self.sent_to
+            who: str | None = f"{name} (Send #{found.index})" if name else f"Send #{found.index}"
+        elif found.kind == "call":
+            call = f"call #{found.index}"
+            who = f"{found.name} {call}" if found.name else call
+        elif resumed and self.task_id == NULL_TASK_ID:
             return "resume"
-        if self.node is not None:
-            return f"{self.node} resume" if resumed else self.node
-        return None
+        else:
+            who = found.name if found.kind == "pull" else None
+        if who is None:
+            return None
+        if found.handler:
+            who += " error handler"
+        return f"{who} resume" if resumed else who
 
 
 class Undecoded(BaseModel):

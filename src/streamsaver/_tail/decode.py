@@ -195,15 +195,38 @@ def _decode(
         base["parent_checkpoint_id"] = get(b"parent", b"").decode() or None
         base["metadata"] = ormsgpack.unpackb(fields[b"meta"])
         base["channels"] = tuple(ormsgpack.unpackb(fields[b"nv"])[::3])
+        base["sends"] = _sends(get(b"sends"))
         return _validate_event(base)
     channels = tuple(ormsgpack.unpackb(fields[b"wi"])[::2])
     base["task_id"] = _str(fields, b"task")
     base["task_path"] = get(b"path", b"").decode() or None
+    base["sent_to"] = _label(get(b"node"))
     base["channels"] = channels
     base["writes"] = tuple(
         (channel, codec.load(fields[b"w%d" % i])) for i, channel in enumerate(channels)
     )
     return _validate_event(base)
+
+
+def _sends(raw: bytes | None) -> tuple[str, ...]:
+    """A checkpoint's Send targets: labels, so a malformed field (written by hand) is shown as
+    none rather than costing the event."""
+    if not raw:
+        return ()
+    try:
+        sends = ormsgpack.unpackb(raw)
+    except ValueError:
+        return ()
+    if not isinstance(sends, list) or not all(isinstance(s, str) for s in sends):
+        return ()
+    return tuple(sends)
+
+
+def _label(raw: bytes | None) -> str | None:
+    try:
+        return raw.decode() or None if raw is not None else None
+    except UnicodeDecodeError:
+        return None
 
 
 def _in_namespace(event: ThreadEvent, ns: str | None) -> bool:

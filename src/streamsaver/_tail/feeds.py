@@ -24,6 +24,7 @@ from .decode import (
     entries,
     streams,
 )
+from .naming import name_batch
 from .steps import (
     DEFAULT_BLOCK_MS,
     DEFAULT_COUNT,
@@ -165,7 +166,8 @@ class _Feeds(_Reader):
                 else:
                     item = decode_event(self.codec, log, found[0][0], found[0][1])
             result.append((slot, feed_id, item))
-        return result
+        named = name_batch(self.sends, ((item, (slot, fid)) for slot, fid, item in result))
+        return [(slot, fid, item) for item, (slot, fid) in named]
 
 
 class FeedTail(_Feeds):

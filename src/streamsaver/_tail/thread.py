@@ -6,8 +6,10 @@ from .._codec import Codec
 from .._config import thread_id_str
 from .._errors import InvalidInputError
 from .._keys import thread_keys
+from .._nodes import SendTargets
 from ..events import SkippedEvent
 from .decode import _ID, _check, _id_key, _in_namespace, decode_event, entries, streams
+from .naming import SEEN, name_batch
 from .steps import DEFAULT_BLOCK_MS, DEFAULT_COUNT, Batch, Block, Deliver, Report, Step, TailFlow
 
 
@@ -44,6 +46,8 @@ class _Reader:
         self.codec = codec
         self.on_skip = on_skip
         self.skipped = 0
+        # the Send targets of the checkpoints read, to name their Sends' writes (naming.py)
+        self.sends = SendTargets(SEEN)
 
     def report(self, skipped: SkippedEvent) -> None:
         self.skipped += 1
@@ -118,8 +122,8 @@ class ThreadTail(_Reader):
                 batch = entries(_check(reply))
                 if not batch:
                     return
-            for entry_id, fields in batch:
-                item = decode_event(self.codec, self.log, entry_id, fields or {})
+            decoded = [(decode_event(self.codec, self.log, i, f or {}), i) for i, f in batch]
+            for item, entry_id in name_batch(self.sends, decoded):
                 pos = self.position = entry_id
                 if isinstance(item, SkippedEvent):
                     self.report(item)

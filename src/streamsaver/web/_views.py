@@ -147,6 +147,7 @@ def event_view(event: ThreadEvent, step: int | None = None) -> dict[str, Any]:
         "parent_checkpoint_id": event.parent_checkpoint_id,
         "step": event.step if event.kind == "checkpoint" else step,
         "node": event.node,
+        "task": event.task,
         "task_id": event.task_id,
         "run_id": event.run_id,
         "channels": channels or list(event.channels),

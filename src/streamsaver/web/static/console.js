@@ -85,7 +85,7 @@
       cell(row, "");
       cell(row, e.checkpoint_ns);
       cell(row, e.step);
-      cell(row, e.node);
+      cell(row, e.task || e.node);
       cell(row, (e.channels || []).join(", "));
       timeline.tBodies[0].appendChild(row);
     });
@@ -125,7 +125,7 @@
         cell(row, e.kind);
         cell(row, e.checkpoint_ns);
         cell(row, e.step);
-        cell(row, e.node);
+        cell(row, e.task || e.node);
         cell(row, (e.channels || []).join(", "));
         row.hidden = !visible(row.dataset);
         const body = live.tBodies[0];
