@@ -195,10 +195,13 @@ def page(
     if isinstance(reply, Exception):
         raise reply
     newest_first = list(entries(reply))
-    timeline = Timeline(serde)
-    events = [
-        timeline.event(log, i, list((f or {}).items())) for i, f in reversed(newest_first[:limit])
+    timeline: Timeline[None] = Timeline(serde)
+    ready = [
+        found
+        for i, f in reversed(newest_first[:limit])
+        for found in timeline.add(log, i, list((f or {}).items()), None)
     ]
+    events = [event for event, _ in [*ready, *timeline.flush()]]
     return events, len(newest_first) > limit
 
 
