@@ -99,7 +99,7 @@ def test_export_of_real_graphs_decodes_to_what_the_graphs_produced(
     threads = saver.thread_ids()
     lines = _export(saver, threads)
     records = [json.loads(line) for line in lines]
-    assert records[0]["format"] == "streamsaver.audit" and records[0]["version"] == 1
+    assert records[0]["format"] == "streamsaver.audit" and records[0]["version"] == 2
     decoded = list(read_export(lines, saver.serde))
     events = [e for e in decoded if isinstance(e, ThreadEvent)]
     assert len(events) == len(decoded) == sum(r["type"] == "event" for r in records)

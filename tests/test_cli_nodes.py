@@ -6,6 +6,7 @@ async durability often does."""
 
 from __future__ import annotations
 
+import copy
 import io
 import json
 import operator
@@ -363,22 +364,36 @@ def test_copies_and_compactions_keep_the_names(
 def test_an_export_made_before_the_sends_were_shown_still_verifies(
     sync_saver: RedisStreamSaver,
 ) -> None:
+    """A version 1 export worked its labels out by older rules (a Send's task was 'Send #i',
+    a functional-API call 'Send #__pregel_pull', no sends or sent_to): it still verifies, its
+    labels not compared; a version 2 export's labels are, and an edited value fails both."""
     _run(sync_saver, "exported")
     out = io.StringIO()
     sync_saver.export_audit(["exported"], out)
     records = [json.loads(line) for line in out.getvalue().splitlines()]
-    for record in records:
-        record.pop("sends", None)
-        record.pop("sent_to", None)
-    older = [json.dumps(r) for r in records]
-    assert [c.problem for c in verify_export(older, sync_saver.serde)] == [None]
+    assert records[0]["version"] == 2
     sent = next(
         i for i, r in enumerate(records) if r.get("node") == "tools" and "Send" in r["task"]
     )
-    records[sent]["node"] = "agent"
-    edited = [json.dumps(r) for r in records]
-    (check,) = verify_export(edited, sync_saver.serde)
-    assert check.problem is not None and f"line {sent + 1} " in check.problem
+
+    def verified(version: int, edit: Any) -> str | None:
+        lines = copy.deepcopy(records)
+        lines[0]["version"] = version
+        edit(lines[sent])
+        (check,) = verify_export([json.dumps(r) for r in lines], sync_saver.serde)
+        return check.problem
+
+    def as_version_1(record: dict[str, Any]) -> None:
+        del record["sends"], record["sent_to"]
+        record["node"], record["task"] = None, "Send #0"
+
+    def value_edited(record: dict[str, Any]) -> None:
+        record["writes"][0][1] = "forged"
+
+    assert verified(1, as_version_1) is None
+    assert f"line {sent + 1} " in (verified(2, as_version_1) or "")
+    for version in (1, 2):
+        assert f"line {sent + 1} " in (verified(version, value_edited) or "")
 
 
 def test_a_hand_written_sends_or_node_field_costs_no_event(
