@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import builtins
 import re
+import secrets
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ from langgraph.checkpoint.base import (
     CheckpointTuple,
     get_serializable_checkpoint_metadata,
 )
-from redis.exceptions import NoPermissionError
+from redis.exceptions import NoPermissionError, OutOfMemoryError
 
 from ._chain import CHAIN_FIELDS, content_digest
 from ._codec import _SHARED, CheckpointEvent, Codec, Field, Held, _check_metadata, metadata_form
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
     from ._projection import Projections
 from ._keys import (
     ThreadKeys,
+    compact_keys,
     lp,
     rebuild_keys,
     scratch_keys,
@@ -398,9 +400,11 @@ class Operations:
         keys = self.keys(target.thread_id)
         if cache is None:
             fields = event(_nothing_known, None).fields
-            yield Eval(
+            reply = yield Eval(
                 self._append, self.appending(keys), self._append_args("", fields), write=True
             )
+            if isinstance(reply, list) and int(reply[1]) < 0:
+                yield from self.compact(target.thread_id, self.keep_last)
             return make_config(target.thread_id, target.checkpoint_ns, checkpoint_id)
         scope = (target.thread_id, target.checkpoint_ns)
         written = cache.written(scope, target.checkpoint_id)
@@ -422,6 +426,11 @@ class Operations:
             reply, trimmed = reply
             if trimmed:
                 cache.drop_thread(target.thread_id)
+            if int(trimmed) < 0:
+                # the log was too long to compact in the put's script (lua/append.lua): in
+                # slices now, which moves this put's values too
+                yield from self.compact(target.thread_id, self.keep_last)
+                return make_config(target.thread_id, target.checkpoint_ns, checkpoint_id)
         event_id = reply.decode()
         for channel, field_name, known in sent.learned:
             known.head = f"{event_id} {field_name}"
@@ -579,15 +588,38 @@ class Operations:
             return 0
         deleted = 0
         for thread_id in (yield from self._threads_for(("runs", *runs))):
-            reply = yield Eval(
-                "delete_runs",
-                self.appending(self.keys(thread_id)),
-                (*self._appending_args(), thread_id, *runs),
-                write=True,
+            keys = self.appending(self.keys(thread_id))
+            # the delete event first, alone: the checkpoints are gone at once, for readers,
+            # writers and replays alike; then their payloads leave the log in slices
+            (reply,) = yield Each(
+                (
+                    Eval(
+                        "delete_runs",
+                        keys,
+                        (*self._appending_args(), "record", thread_id, *runs),
+                        write=True,
+                    ),
+                )
             )
-            if isinstance(reply, builtins.list):
+            if _out_of_memory(reply):
+                # a full server: one script, which frees before it appends
+                reply = yield Eval(
+                    "delete_runs",
+                    keys,
+                    (*self._appending_args(), "", thread_id, *runs),
+                    write=True,
+                )
+            if isinstance(reply, Exception):
+                raise reply
+            if isinstance(reply, builtins.list) and reply[0] == b"delta":
                 raise _delta_dependency(thread_id, runs, [_text(x) for x in reply[1:]])
-            deleted += reply
+            if isinstance(reply, builtins.list):
+                count, record = reply
+                deleted += count
+                # the record goes last in the compacted log, as one script puts it
+                yield from self.compact(thread_id, 0, _text(record))
+            else:
+                deleted += reply
         return deleted
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> Flow[int]:
@@ -684,12 +716,50 @@ class Operations:
                 f"prune strategy {strategy!r} is unknown; use 'keep_latest' or 'delete'"
             )
         for thread_id in _str_list(thread_ids, "thread_ids"):
-            keys = self.keys(thread_id)
             if strategy == "delete":
                 yield from self.delete_thread(thread_id)
             else:
-                args = (*self._appending_args(), 1)
-                yield Eval("prune", self.appending(keys), args, write=True)
+                yield from self.compact(thread_id, 1)
+
+    def compact(self, thread_id: str, keep: int, last: str = "") -> Flow[int]:
+        """Compact a thread to its last ``keep`` checkpoints per namespace (0: every live one)
+        in slices (lua/compact_slice.lua), each at most ``slice_events`` units of work or
+        ``slice_ms`` of server time: the new log is built beside the live one while writers go
+        on, and swapped in whole by the last slice. ``last``: the id of a record to copy after
+        the kept checkpoints. Returns the entries removed."""
+        keys = self.keys(thread_id)
+        scratch = compact_keys(keys)
+        token = secrets.token_hex(8)
+        start, restarts = True, 0
+        while restarts <= _REBUILD_RESTARTS:
+            args = (*self._appending_args(), keep, token, "start" if start else "")
+            (reply,) = yield Each(
+                (
+                    Eval(
+                        "compact_slice",
+                        (*self.appending(keys), *scratch),
+                        (*args, self.slice_events, f"{self.slice_ms:g}", last),
+                        write=True,
+                    ),
+                )
+            )
+            if _out_of_memory(reply):
+                # the copies take memory before the old log is freed: on a full server, one
+                # script, which frees first (lua/compact.lua)
+                break
+            if isinstance(reply, Exception):
+                raise reply
+            state, fresh, removed = reply
+            if int(fresh) and not start:
+                # another compaction or a deletion rewrote the log under the slices
+                restarts += 1
+            start = False
+            if _text(state) == "done":
+                return int(removed)
+        # as before slices existed, rather than never finishing
+        yield Call(("UNLINK", *scratch), write=True)
+        whole = (*self._appending_args(), keep)
+        return int((yield Eval("prune", self.appending(keys), whole, write=True)))
 
     def rebuild(self, thread_id: str) -> Flow[Replay]:
         (replay,) = yield from self.rebuild_many([thread_id])
@@ -884,6 +954,13 @@ def threads_by_slot(
         for position, *threads in reply:
             by_slot[first + int(position) - 1] = [_text(t) for t in threads]
     return by_slot
+
+
+def _out_of_memory(reply: object) -> bool:
+    # Redis 6.2 reports a script's OOM as a plain error
+    return isinstance(reply, OutOfMemoryError) or (
+        isinstance(reply, Exception) and "maxmemory" in str(reply)
+    )
 
 
 def _text(value: bytes | str) -> str:

@@ -33,6 +33,7 @@ _ENTRIES: dict[str, tuple[str, ...]] = {
     "verify": (*_WRITE, "verify.lua"),
     "import": (*_WRITE, "import.lua"),
     "prune": (*_COMPACT, "prune.lua"),
+    "compact_slice": (*_COMPACT, "compact_slice.lua"),
     # the Store's (store.lua holds its one projection)
     **{
         name: ("common.lua", "store.lua", f"{name}.lua")

@@ -64,8 +64,9 @@ SAVER_COMMANDS: tuple[str, ...] = (
     "wait", "waitaof",
     # what the write scripts call
     "xtrim", "hsetnx", "pexpire", "pexpireat", "sadd", "hmget", "persist",
-    # sliced rebuilds swap their scratch keys in; deletions free in the background
-    "rename", "unlink",
+    # sliced rebuilds and compactions swap their scratch keys in (a compacted log's ids go on
+    # after the live one's: XSETID); deletions free in the background
+    "rename", "unlink", "xsetid",
 )  # fmt: skip
 
 ROLES = ("saver", "reader", "projector")

@@ -4,10 +4,14 @@
 -- event naming what was deleted (no payloads) is appended last: the log records that, and when,
 -- it happened. Appends nothing when the thread has none of the runs' checkpoints.
 -- KEYS: log ix ptr feed   ARGV[1]: the feed's MAXLEN   ARGV[2]: 'chain' or '' (common.lua)
--- ARGV[3]: thread id   ARGV[4..]: run ids
+-- ARGV[3]: 'record' to append the "delete" event alone (it takes effect at once; the payloads
+-- then leave the log with a sliced compaction, compact_slice.lua), '' to compact too, in this
+-- call (what a server out of memory needs: compact.lua frees before it appends)
+-- ARGV[4]: thread id   ARGV[5..]: run ids
+-- With 'record', returns {checkpoints deleted, the delete event's id} when it deleted any.
 -- Returns the number of checkpoints deleted. The thread keeps the time to live it had.
 local items, runs = {}, {}
-for i = 4, #ARGV do
+for i = 5, #ARGV do
   local r = 'r' .. lp(ARGV[i])
   local ms = redis.call('ZRANGEBYLEX', KEYS[2], '[' .. r, '[' .. r .. '\255')
   if #ms > 0 then
@@ -45,8 +49,16 @@ for i = #live, 1, -1 do
     end
   end
 end
-local ev = {'k', 'delete', 'sv', tostring(SCHEMA), 'thread', ARGV[3],
+local ev = {'k', 'delete', 'sv', tostring(SCHEMA), 'thread', ARGV[4],
             'items', cmsgpack.pack(items), 'runs', cmsgpack.pack(runs)}
+if ARGV[3] == 'record' then
+  local id = append_event(KEYS[1], ev)
+  local f = fields_of(ev)
+  apply(KEYS[1], KEYS[2], KEYS[3], id, f)
+  notify(KEYS[4], ARGV[1], id, f)
+  expire_thread(KEYS[1], {KEYS[2], KEYS[3]}, 0)
+  return {#items / 2, id}
+end
 -- projected first, so the compaction keeps every checkpoint but the deleted ones; it projects
 -- the event again, with the rest, once appended
 local f = fields_of(ev)
