@@ -10,7 +10,7 @@ import ormsgpack
 import redis
 
 from streamsaver import RedisStreamSaver
-from streamsaver._keys import compact_keys, rebuild_keys, thread_keys
+from streamsaver._keys import compact_keys, rebuild_keys, scratch_keys, thread_keys, verify_keys
 from streamsaver._ops import TOMBSTONE_MS, Each, Eval, Replay
 from tests.test_deletion import history, put, visible
 from tests.test_saver import generate_config
@@ -420,3 +420,68 @@ def test_a_keep_last_put_on_a_long_log_compacts_in_slices(
         assert s.get_tuple(generate_config("t")).config == late  # type: ignore[union-attr]
         assert len(visible(s)) == 3
         assert redis_client.xlen(log) < 10
+
+
+# --------------------------------------------------------------------------- #
+# verify in slices
+# --------------------------------------------------------------------------- #
+
+
+def one_verify(saver: RedisStreamSaver, thread: str, mode: str = "") -> Any:
+    keys = thread_keys(saver.prefix, thread)
+    applied, skipped, *lines = saver._execute(Eval("verify", (*keys, *scratch_keys(keys)), (mode,)))
+    return int(applied), int(skipped), sorted(d.decode() for d in lines)
+
+
+def test_a_sliced_verify_equals_one_verify_script(
+    sync_saver: RedisStreamSaver, redis_client: redis.Redis
+) -> None:
+    history(sync_saver, 20)
+    keys = thread_keys(sync_saver.prefix, "t")
+    # damage: a checkpoint's event gone (its writes and children now point at nothing), an
+    # index member and a pointer gone, an extra member
+    entries = redis_client.xrange(keys.log)
+    victim = next(eid for eid, f in entries[10:] if f[b"k"] == b"checkpoint")
+    redis_client.xdel(keys.log, victim)
+    member = next(m for m in redis_client.zrange(keys.ix, 0, -1) if m[:1] == b"c")
+    redis_client.zrem(keys.ix, member)
+    redis_client.zadd(keys.ix, {b"cbogus": 0})
+    redis_client.hdel(keys.ptr, next(k for k in redis_client.hkeys(keys.ptr) if k[:1] == b"b"))
+    expected = one_verify(sync_saver, "t")
+    assert any(line.startswith("ref ") for line in expected[2])
+    assert any(line.startswith("ix ") for line in expected[2])
+    assert any(line.startswith("ptr ") for line in expected[2])
+
+    sync_saver._ops.slice_events = 1
+    calls = counting(sync_saver, "verify_slice")
+    assert sync_saver.verify("t") == expected
+    assert len(calls) > 5
+    assert sync_saver._run(sync_saver._ops.references("t")) == [
+        line for line in one_verify(sync_saver, "t", "refs")[2]
+    ]
+    assert not any(redis_client.exists(k) for k in verify_keys(keys))
+
+
+def test_writes_between_verify_slices_are_no_problem(
+    sync_saver: RedisStreamSaver, redis_client: redis.Redis
+) -> None:
+    configs = history(sync_saver, 30)
+    sync_saver._ops.slice_events = 2
+    flow = sync_saver._ops.verify("t")
+    reply = sync_saver._execute(next(flow))
+    late, step = configs[-1], 30
+    log = thread_keys(sync_saver.prefix, "t").log
+    try:
+        while True:
+            reply = sync_saver._execute(flow.send(reply))
+            length = redis_client.xlen(log)
+            # a writer between slices: replayed into the scratch keys before any comparison
+            late = put(sync_saver, late, step)
+            sync_saver.put_writes(late, [("messages", f"late {step}")], f"task{step}")
+            step += 1
+    except StopIteration as stop:
+        applied, skipped, problems = stop.value
+    assert step > 35
+    assert problems == []
+    # every event up to the last slice, those put between slices included
+    assert (applied, skipped) == (length, 0)

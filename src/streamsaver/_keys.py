@@ -35,6 +35,7 @@ __all__ = [
     "thread_id_of",
     "thread_keys",
     "validate_prefix",
+    "verify_keys",
 ]
 
 # quote("") is "", and an empty hash tag "{}" would hash the whole key instead of the tag,
@@ -69,6 +70,17 @@ def thread_keys(prefix: str, thread_id: str) -> ThreadKeys:
 def scratch_keys(keys: ThreadKeys) -> tuple[str, str]:
     """Index keys for a verification replay: same slot, and outside every SCAN pattern."""
     return keys.ix + ":verify", keys.ptr + ":verify"
+
+
+def verify_keys(keys: ThreadKeys) -> tuple[str, str, str, str, str]:
+    """A sliced verify's (lua/verify_slice.lua): the scratch indexes (``scratch_keys``), its
+    cursor, the checkpoints its events still want and those it saw."""
+    return (
+        *scratch_keys(keys),
+        keys.ix + ":verify:at",
+        keys.ix + ":verify:pending",
+        keys.ix + ":verify:seen",
+    )
 
 
 def rebuild_keys(keys: ThreadKeys) -> tuple[str, str, str]:

@@ -51,6 +51,7 @@ from ._keys import (
     rebuild_keys,
     scratch_keys,
     thread_keys,
+    verify_keys,
 )
 
 __all__ = [
@@ -839,24 +840,59 @@ class Operations:
     def verify(self, thread_id: str) -> Flow[tuple[int, int, builtins.list[str]]]:
         """Check every reference the log's events make, then replay into scratch keys and diff
         with the live indexes: (applied, skipped, problems), each problem a line (verify.lua):
-        ``ref <event id> ...`` or ``<ix|ptr> <missing|differs|extra> <member>``."""
+        ``ref <event id> ...`` or ``<ix|ptr> <missing|differs|extra> <member>``. In slices
+        (lua/verify_slice.lua), safe while graphs write."""
         keys = self.keys(thread_id_str(thread_id, "thread_id"))
-        applied, skipped, *lines = yield Eval("verify", (*keys, *scratch_keys(keys)), ())
-        return int(applied), int(skipped), sorted(d.decode(errors="replace") for d in lines)
+        found = yield from self._verify(keys, "")
+        if isinstance(found, Exception):
+            raise found
+        return found
 
     def references(self, thread_id: str) -> Flow[builtins.list[str] | None]:
         """The references of the log's events that do not resolve, as ``verify`` reports them,
         without comparing indexes: what an audit of the log itself checks. None when this
         user may not write the scratch keys the check replays into (a read-only role)."""
         keys = self.keys(thread_id_str(thread_id, "thread_id"))
-        # pipelined, so a refusal comes back as a value
-        (reply,) = yield Each((Eval("verify", (*keys, *scratch_keys(keys)), ("refs",)),))
-        if isinstance(reply, NoPermissionError):
+        found = yield from self._verify(keys, "refs")
+        if isinstance(found, NoPermissionError):
             return None
+        if isinstance(found, Exception):
+            raise found
+        return found[2]
+
+    def _verify(
+        self, keys: ThreadKeys, mode: str
+    ) -> Flow[tuple[int, int, builtins.list[str]] | Exception]:
+        """verify.lua's work in slices, each at most ``slice_events`` units of work or
+        ``slice_ms`` of server time; a refusal comes back as a value."""
+        token, start, restarts = secrets.token_hex(8), True, 0
+        applied = skipped = 0
+        refs: builtins.list[str] = []
+        diffs: set[str] = set()
+        while restarts <= _REBUILD_RESTARTS:
+            args = (mode, token, "start" if start else "", self.slice_events, f"{self.slice_ms:g}")
+            (reply,) = yield Each((Eval("verify_slice", (*keys, *verify_keys(keys)), args),))
+            if isinstance(reply, Exception):
+                return reply
+            state, fresh, a, k, *lines = reply
+            if int(fresh) and not start:
+                # the log was rewritten under the slices: what they found is void
+                restarts += 1
+                applied, skipped, refs, diffs = 0, 0, [], set()
+            start = False
+            applied, skipped = applied + int(a), skipped + int(k)
+            for line in lines:
+                text = line.decode(errors="replace")
+                # a page of HSCAN may name a field twice: an index line counts once
+                (refs.append if text.startswith("ref ") else diffs.add)(text)
+            if _text(state) == "done":
+                return applied, skipped, sorted([*refs, *diffs])
+        # compactions keep rewriting the log faster than slices go: one script, as before
+        (reply,) = yield Each((Eval("verify", (*keys, *scratch_keys(keys)), (mode,)),))
         if isinstance(reply, Exception):
-            raise reply
-        _, _, *lines = reply
-        return sorted(d.decode(errors="replace") for d in lines)
+            return reply
+        a, k, *lines = reply
+        return int(a), int(k), sorted(d.decode(errors="replace") for d in lines)
 
     def log_entries(self, thread_id: str) -> Items[Entry]:
         """A thread's whole log, one page of XRANGE at a time: any length streams through in

@@ -42,8 +42,8 @@ READER_COMMANDS: tuple[str, ...] = (
     "xrange", "xrevrange", "xread", "exists",
     # what the read scripts call (a script runs with its caller's permissions)
     "xlen", "xinfo|stream", "zrange", "zrangebylex", "zrevrangebylex", "zrevrangebyscore",
-    "zscore", "zlexcount", "hget", "hgetall", "hkeys", "hlen", "pttl", "smembers", "hexists",
-    "hscan",
+    "zscore", "zlexcount", "hget", "hgetall", "hkeys", "hlen", "pttl", "smembers", "sismember",
+    "hexists", "hscan",
     # the Store's read scripts (lua/store*.lua)
     "zrevrange", "zrangebyscore",
 )  # fmt: skip

@@ -44,11 +44,12 @@ local function by_id(kind, eid, member)
     (member or '')
 end
 
+local FIELDS = {'token', 'phase', 'first', 'base', 'pc', 'tomb', 'h'}
 local s = {}
 do
-  local raw = redis.call('HGETALL', st)
-  for i = 1, #raw, 2 do
-    s[raw[i]] = raw[i + 1]
+  local raw = redis.call('HMGET', st, unpack(FIELDS))
+  for i, name in ipairs(FIELDS) do
+    s[name] = raw[i] or nil
   end
 end
 local fresh = 0
@@ -213,7 +214,7 @@ local function step()
     for _, name in ipairs(r[2]) do
       local m = 'c' .. string.sub(name, 2)
       -- HSCAN may return a field twice
-      if string.sub(name, 1, 1) == 'w' and redis.call('HSETNX', st, 'e' .. name, 1) == 1 and
+      if string.sub(name, 1, 1) == 'w' and redis.call('ZADD', plan, 'NX', 0, name) == 1 and
           not redis.call('ZSCORE', ix, m) then
         local ns, id = split_lp(string.sub(name, 2))
         local p = 'c' .. lp(ns)
