@@ -310,15 +310,19 @@ def test_a_sliced_delete_for_runs_equals_one_script(
     rich(sync_saver)
     before = snapshot(redis_client, sync_saver, "t")
     keys = sync_saver._ops.appending(thread_keys(sync_saver.prefix, "t"))
-    args = (*sync_saver._ops._appending_args(), "", "t", "run-5", "run-9")
+    args = (*sync_saver._ops._appending_args(), "", "t", "", 2, "run-5", "run-9")
     assert sync_saver._execute(Eval("delete_runs", keys, args)) == 2
     expected, expected_reads = state(redis_client, sync_saver, "t"), reads(sync_saver, "t")
     restore(redis_client, sync_saver, "t", before)
 
     sync_saver._ops.slice_events = 2
+    sync_saver._ops.slice_ms = 0
     calls = counting(sync_saver, "compact_slice")
+    checks = counting(sync_saver, "delete_runs")
     assert sync_saver._run(sync_saver._ops.delete_for_runs(["run-5", "run-9"])) == 2
     assert len(calls) > 10
+    # the DeltaChannel check in slices (pages of 20 checkpoints), then the record
+    assert len(checks) == 3 + 1
     assert state(redis_client, sync_saver, "t") == expected
     assert reads(sync_saver, "t") == expected_reads
     assert sync_saver.verify("t")[2] == []

@@ -590,26 +590,15 @@ class Operations:
         deleted = 0
         for thread_id in (yield from self._threads_for(("runs", *runs))):
             keys = self.appending(self.keys(thread_id))
+            found = yield from self._delta_check(keys, thread_id, runs)
+            if found is None:
+                continue
             # the delete event first, alone: the checkpoints are gone at once, for readers,
             # writers and replays alike; then their payloads leave the log in slices
-            (reply,) = yield Each(
-                (
-                    Eval(
-                        "delete_runs",
-                        keys,
-                        (*self._appending_args(), "record", thread_id, *runs),
-                        write=True,
-                    ),
-                )
-            )
+            (reply,) = yield Each((self._delete_runs(keys, "record", thread_id, found, runs),))
             if _out_of_memory(reply):
                 # a full server: one script, which frees before it appends
-                reply = yield Eval(
-                    "delete_runs",
-                    keys,
-                    (*self._appending_args(), "", thread_id, *runs),
-                    write=True,
-                )
+                reply = yield self._delete_runs(keys, "", thread_id, "", runs)
             if isinstance(reply, Exception):
                 raise reply
             if isinstance(reply, builtins.list) and reply[0] == b"delta":
@@ -622,6 +611,36 @@ class Operations:
             else:
                 deleted += reply
         return deleted
+
+    def _delete_runs(
+        self, keys: Sequence[str], mode: str, thread_id: str, at: str, runs: Sequence[str]
+    ) -> Eval:
+        args: tuple[Field | int, ...] = (
+            *self._appending_args(),
+            mode,
+            thread_id,
+            at,
+            f"{self.slice_ms:g}",
+            *runs,
+        )
+        return Eval("delete_runs", keys, args, write=mode != "check")
+
+    def _delta_check(
+        self, keys: Sequence[str], thread_id: str, runs: Sequence[str]
+    ) -> Flow[str | None]:
+        """lua/delete_runs.lua's DeltaChannel check, in slices of ``slice_ms``: the log's last
+        id when it began, or None when the thread has none of the runs' checkpoints."""
+        cursor, upto = "", None
+        while True:
+            reply = yield self._delete_runs(keys, "check", thread_id, cursor, runs)
+            if not reply:
+                return None
+            if reply[0] == b"delta":
+                raise _delta_dependency(thread_id, runs, [_text(x) for x in reply[1:]])
+            state, cursor, last = (_text(x) for x in reply)
+            upto = upto or last
+            if state == "checked":
+                return upto
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> Flow[int]:
         source = thread_id_str(source_thread_id, "source_thread_id")

@@ -5,7 +5,10 @@
 -- checkpoints each with its pending writes, the early writes) while writers go on appending
 -- to the live log. The slice that has copied every event appended since (the tail) swaps the
 -- new keys in within the same call, and the old ones are UNLINKed (freed in the background):
--- no reader, tailer or audit ever sees a half-compacted log, and no write is lost.
+-- no reader, tailer or audit ever sees a half-compacted log, and no write is lost. Then its
+-- events are announced in the slot's feed, a page per unit of work (as compact.lua announces
+-- its copies; events appended after the swap have announced themselves, so in the feed a copy
+-- may come after them).
 -- What it gives is what compact.lua run when the first slice ran gives, followed by the events
 -- appended since, each copied after the kept ones (checkpoints made self-contained, as
 -- checkpoint_copy() makes the kept ones). A log rewritten under the slices (another compaction,
@@ -44,7 +47,7 @@ local function by_id(kind, eid, member)
     (member or '')
 end
 
-local FIELDS = {'token', 'phase', 'first', 'base', 'pc', 'tomb', 'h'}
+local FIELDS = {'token', 'phase', 'first', 'base', 'pc', 'tomb', 'h', 'removed'}
 local s = {}
 do
   local raw = redis.call('HMGET', st, unpack(FIELDS))
@@ -57,6 +60,11 @@ if ARGV[5] ~= 'start' then
   -- every entry up to the snapshot still there and the same first one: only appends since
   if s.token ~= token or s.first ~= first_id(log) or
       #redis.call('XRANGE', log, s.base, s.base) ~= 1 then
+    if s.phase == 'announce' then
+      -- swapped in, then rewritten again: what rewrote it announces its own events
+      redis.call('UNLINK', st)
+      return {'done', 0, tonumber(s.removed)}
+    end
     s = {}
   end
 end
@@ -129,6 +137,29 @@ local function emit_all(events)
   for _, ev in ipairs(events) do
     emit(ev)
   end
+end
+
+-- The new keys replace the live ones; then their events are announced, a page at a time.
+local function swap()
+  local removed, ttl = redis.call('XLEN', log), redis.call('PTTL', log)
+  redis.call('UNLINK', log, ix, ptr, plan)
+  s.removed = tostring(removed)
+  if redis.call('EXISTS', nl) == 0 then
+    -- nothing to keep (compact.lua deletes the thread's keys then too)
+    redis.call('UNLINK', nx, np)
+    return false
+  end
+  for _, pair in ipairs({{nl, log}, {nx, ix}, {np, ptr}}) do
+    if redis.call('EXISTS', pair[1]) == 1 then
+      redis.call('RENAME', pair[1], pair[2])
+      redis.call('PERSIST', pair[2])
+    end
+  end
+  if ttl > 0 then
+    expire_thread(log, {ix, ptr}, ttl)
+  end
+  s.phase, s.pc, s.first, s.base = 'announce', '', first_id(log), last_id(log)
+  return true
 end
 
 -- One unit of work; false once the compaction is done (the new keys swapped in).
@@ -242,7 +273,7 @@ local function step()
       end
       s.phase, s.pc = 'tail', base
     end
-  else
+  elseif s.phase == 'tail' then
     -- what was appended since the first slice, in order; at its end, the swap
     local batch = redis.call('XRANGE', log, '(' .. s.pc, '+', 'COUNT', 10)
     for _, e in ipairs(batch) do
@@ -259,8 +290,18 @@ local function step()
       s.pc = e[1]
     end
     if #batch < 10 then
-      return false
+      return swap()
     end
+  elseif s.phase == 'announce' then
+    -- every event in the log is announced in its slot's feed, copies too (as compact.lua's
+    -- are); events appended since the swap announced themselves
+    local batch = redis.call('XRANGE', log, s.pc == '' and '-' or '(' .. s.pc, s.base,
+                             'COUNT', 100)
+    for _, e in ipairs(batch) do
+      notify(feed, ARGV[1], e[1], fields_of(e[2]))
+      s.pc = e[1]
+    end
+    return #batch == 100
   end
   return true
 end
@@ -295,23 +336,34 @@ if going then
   return {'more', fresh, 0}
 end
 
-local removed, ttl = redis.call('XLEN', log), redis.call('PTTL', log)
-redis.call('UNLINK', log, ix, ptr, st, plan)
-if redis.call('EXISTS', nl) == 0 then
-  -- nothing to keep (compact.lua deletes the thread's keys then too)
-  redis.call('UNLINK', nx, np)
-  return {'done', fresh, removed}
-end
-for _, pair in ipairs({{nl, log}, {nx, ix}, {np, ptr}}) do
-  if redis.call('EXISTS', pair[1]) == 1 then
-    redis.call('RENAME', pair[1], pair[2])
-    redis.call('PERSIST', pair[2])
+local units, going = 0, true
+while going do
+  going = step()
+  units = units + 1
+  if going and (units >= most or elapsed_ms() >= budget) then
+    break
   end
 end
--- the tombstone announces the new log; its copies were announced as their originals
-local tomb = redis.call('XRANGE', log, '-', '+', 'COUNT', 1)[1]
-notify(feed, ARGV[1], tomb[1], fields_of(tomb[2]))
-if ttl > 0 then
-  expire_thread(log, {ix, ptr}, ttl)
+if s == nil then
+  -- restart in the next call, from the beginning
+  redis.call('UNLINK', nl, nx, np, st, plan)
+  redis.call('HSET', st, 'token', '')
+  redis.call('PEXPIRE', st, 3600000)
+  return {'more', fresh, 0}
 end
-return {'done', fresh, removed}
+if not going then
+  redis.call('UNLINK', st)
+  return {'done', fresh, tonumber(s.removed)}
+end
+s.h = heads[nl]
+local flat = {}
+for k, v in pairs(s) do
+  flat[#flat + 1] = k
+  flat[#flat + 1] = v
+end
+redis.call('HSET', st, unpack(flat))
+-- a compaction abandoned half-way leaves nothing behind for long
+for _, key in ipairs({nl, nx, np, st, plan}) do
+  redis.call('PEXPIRE', key, 3600000)
+end
+return {'more', fresh, 0}
