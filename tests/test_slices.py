@@ -489,3 +489,19 @@ def test_writes_between_verify_slices_are_no_problem(
     assert problems == []
     # every event up to the last slice, those put between slices included
     assert (applied, skipped) == (length, 0)
+
+
+async def test_the_async_saver_compacts_and_verifies_in_the_same_slices(
+    async_saver: Any, sync_saver: RedisStreamSaver, redis_client: redis.Redis
+) -> None:
+    rich(sync_saver)
+    before = snapshot(redis_client, sync_saver, "t")
+    sync_saver._ops.slice_events = 2
+    sync_saver.prune(["t"], strategy="keep_latest")
+    expected = state(redis_client, sync_saver, "t")
+    verified = sync_saver.verify("t")
+    restore(redis_client, sync_saver, "t", before)
+    async_saver._ops.slice_events = 2
+    await async_saver.aprune(["t"], strategy="keep_latest")
+    assert state(redis_client, sync_saver, "t") == expected
+    assert await async_saver.averify("t") == verified == (len(expected[0]), 0, [])
