@@ -47,7 +47,7 @@ local function by_id(kind, eid, member)
     (member or '')
 end
 
-local FIELDS = {'token', 'phase', 'first', 'base', 'pc', 'tomb', 'h', 'removed'}
+local FIELDS = {'token', 'phase', 'first', 'base', 'pc', 'tomb', 'h', 'removed', 'last'}
 local s = {}
 do
   local raw = redis.call('HMGET', st, unpack(FIELDS))
@@ -58,8 +58,9 @@ end
 local fresh = 0
 if ARGV[5] ~= 'start' then
   -- every entry up to the snapshot still there and the same first one: only appends since
-  if s.token ~= token or s.first ~= first_id(log) or
-      #redis.call('XRANGE', log, s.base, s.base) ~= 1 then
+  -- the same first entry: only appends since (a compaction or a deletion rewrites the log from
+  -- its first entry on)
+  if s.token ~= token or s.first ~= first_id(log) then
     if s.phase == 'announce' then
       -- swapped in, then rewritten again: what rewrote it announces its own events
       redis.call('UNLINK', st)
@@ -86,51 +87,37 @@ if s.token == nil then
       pf.dg or ''
   end
   s = {token = token, phase = 'records', first = first_id(log), base = base, pc = '',
-       tomb = cmsgpack.pack(tomb), h = h}
+       tomb = cmsgpack.pack(tomb), h = h, last = ''}
 end
 local base = s.base
 
--- the new log's ids sort after every id the live log holds: a reader's cursor only goes on
-local function next_id()
-  local live = last_id(log)
-  local mine = last_id(nl)
-  if mine == nil then
-    local now = redis.call('TIME')
-    local ms = string.match(live, '^(%d+)')
-    if tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) > tonumber(ms) then
-      return nil
-    end
-    return ms .. '-' .. (tonumber(string.match(live, '-(%d+)$')) + 1)
-  end
-  if id_less(mine, live) then
-    redis.call('XSETID', nl, live)
-  end
-  return nil
-end
-
 heads[nl] = s.h
-local cache, first_append = {}, true
+local cache = {}
 -- what a copy need not store again: a value some copy already holds, i.e. its pointer
 local provided = setmetatable({}, {__index = function(_, k)
   return redis.call('HEXISTS', np, 'b' .. k) == 1
 end})
 
-local function emit(ev)
-  if first_append then
-    first_append = false
-    local id = next_id()
-    if redis.call('EXISTS', nl) == 0 then
-      local tomb = cmsgpack.unpack(s.tomb)
-      local tid = append_event(nl, tomb, id)
-      apply(nl, nx, np, tid, fields_of(tomb))
-      id = nil
+-- Append a copy to the new log, the tombstone first. Its ids sort after every live id it
+-- copies or follows (`after`), so a reader's cursor on the old log only goes on in the new.
+-- Ids are compared as strings the state holds: reading the live log's last entry to learn its
+-- id would copy it whole, maybe megabytes (delete_for_runs' record), on every call.
+local function emit(ev, after)
+  if s.last == '' then
+    local tomb, id = cmsgpack.unpack(s.tomb), nil
+    local now = redis.call('TIME')
+    local ms, seq = string.match(s.base, '^(%d+)-(%d+)$')
+    if tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) <= tonumber(ms) then
+      id = ms .. '-' .. (tonumber(seq) + 1)
     end
-    local eid = append_event(nl, ev, id)
-    apply(nl, nx, np, eid, fields_of(ev))
-    return
+    s.last = append_event(nl, tomb, id)
+    apply(nl, nx, np, s.last, fields_of(tomb))
   end
-  local eid = append_event(nl, ev)
-  apply(nl, nx, np, eid, fields_of(ev))
+  if after and id_less(s.last, after) then
+    redis.call('XSETID', nl, after)
+  end
+  s.last = append_event(nl, ev)
+  apply(nl, nx, np, s.last, fields_of(ev))
 end
 
 local function emit_all(events)
@@ -158,7 +145,7 @@ local function swap()
   if ttl > 0 then
     expire_thread(log, {ix, ptr}, ttl)
   end
-  s.phase, s.pc, s.first, s.base = 'announce', '', first_id(log), last_id(log)
+  s.phase, s.pc, s.first, s.base = 'announce', '', first_id(log), s.last
   return true
 end
 
@@ -279,9 +266,9 @@ local function step()
     for _, e in ipairs(batch) do
       local f = fields_of(e[2])
       if f.k == 'checkpoint' then
-        emit(checkpoint_copy(log, ptr, e[1], f, cache, provided))
+        emit(checkpoint_copy(log, ptr, e[1], f, cache, provided), e[1])
       elseif f.k == 'writes' then
-        emit(copy_header(e[1], f))
+        emit(copy_header(e[1], f), e[1])
       elseif f.k ~= nil and f.k ~= 'pruned' then
         -- a record (delete_for_runs' delete) may remove what is copied already: start again
         s = nil
