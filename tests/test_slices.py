@@ -505,3 +505,18 @@ async def test_the_async_saver_compacts_and_verifies_in_the_same_slices(
     await async_saver.aprune(["t"], strategy="keep_latest")
     assert state(redis_client, sync_saver, "t") == expected
     assert await async_saver.averify("t") == verified == (len(expected[0]), 0, [])
+
+
+def test_a_thread_compacted_in_slices_keeps_expiring_with_its_log(
+    redis_url: str, prefix: str, redis_client: redis.Redis
+) -> None:
+    with RedisStreamSaver.from_conn_string(redis_url, prefix=prefix, ttl_seconds=300) as s:
+        history(s, 12)
+        s._ops.slice_events = 2
+        s.prune(["t"], strategy="keep_latest")
+        keys = thread_keys(prefix, "t")
+        ttls = [redis_client.pttl(k) for k in keys]
+        assert all(0 < t <= 300_000 for t in ttls)
+        assert max(ttls) - min(ttls) < 1000
+        assert redis_client.xlen(keys.log) < 5
+        assert not any(redis_client.exists(k) for k in compact_keys(keys))
