@@ -308,36 +308,6 @@ if s == nil then
   redis.call('PEXPIRE', st, 3600000)
   return {'more', fresh, 0}
 end
-if going then
-  s.h = heads[nl]
-  local flat = {}
-  for k, v in pairs(s) do
-    flat[#flat + 1] = k
-    flat[#flat + 1] = v
-  end
-  redis.call('HSET', st, unpack(flat))
-  -- a compaction abandoned half-way leaves nothing behind for long
-  for _, key in ipairs({nl, nx, np, st, plan}) do
-    redis.call('PEXPIRE', key, 3600000)
-  end
-  return {'more', fresh, 0}
-end
-
-local units, going = 0, true
-while going do
-  going = step()
-  units = units + 1
-  if going and (units >= most or elapsed_ms() >= budget) then
-    break
-  end
-end
-if s == nil then
-  -- restart in the next call, from the beginning
-  redis.call('UNLINK', nl, nx, np, st, plan)
-  redis.call('HSET', st, 'token', '')
-  redis.call('PEXPIRE', st, 3600000)
-  return {'more', fresh, 0}
-end
 if not going then
   redis.call('UNLINK', st)
   return {'done', fresh, tonumber(s.removed)}
