@@ -753,16 +753,20 @@ class Operations:
         start, restarts = True, 0
         while restarts <= _REBUILD_RESTARTS:
             args = (*self._appending_args(), keep, token, "start" if start else "")
-            (reply,) = yield Each(
-                (
-                    Eval(
-                        "compact_slice",
-                        (*self.appending(keys), *scratch),
-                        (*args, self.slice_events, f"{self.slice_ms:g}", last),
-                        write=True,
-                    ),
-                )
+            op = Eval(
+                "compact_slice",
+                (*self.appending(keys), *scratch),
+                (*args, self.slice_events, f"{self.slice_ms:g}", last),
+                write=True,
             )
+            if start:
+                # pipelined, so a refusal is a value: the first slice, one unit of work, is the
+                # first to write, and never the last (lua/compact_slice.lua)
+                (reply,) = yield Each((op,))
+            else:
+                # alone, so a durability mode waits after it: the swap is acknowledged as any
+                # write is, and so is delete_for_runs' record before it
+                reply = yield op
             if _out_of_memory(reply):
                 # the copies take memory before the old log is freed: on a full server, one
                 # script, which frees first (lua/compact.lua)

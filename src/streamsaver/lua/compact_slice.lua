@@ -17,7 +17,8 @@
 -- KEYS: log ix ptr feed, then new-log new-ix new-ptr state plan (_keys.compact_keys; one slot)
 -- ARGV[1]: the feed's MAXLEN   ARGV[2]: 'chain' or '' (common.lua)
 -- ARGV[3]: checkpoints kept per namespace (0: every live one)   ARGV[4]: the compaction's token
--- ARGV[5]: 'start' for its first slice, else ''   ARGV[6]: most units of work in this call
+-- ARGV[5]: 'start' for its first slice (one unit of work), else ''
+-- ARGV[6]: most units of work in this call
 -- ARGV[7]: ms after which it stops   ARGV[8]: '' or the id of a record to copy last, after
 -- the kept checkpoints (delete_for_runs' delete event, last as compact.lua's `extra` puts it)
 -- Returns {'more' or 'done', 1 if it (re)started from the beginning else 0, entries removed}.
@@ -71,8 +72,11 @@ if ARGV[5] ~= 'start' then
 end
 if s.token == nil then
   fresh = 1
-  -- an abandoned compaction's keys may be large: freed in the background
-  redis.call('UNLINK', nl, nx, np, st, plan)
+  -- first a write that may grow memory, which a full server refuses before anything is written
+  -- (a script that freed first could go on); then an abandoned compaction's keys, maybe large,
+  -- are freed in the background
+  redis.call('HSET', st, 'token', '')
+  redis.call('UNLINK', nl, nx, np, plan)
   local base = last_id(log)
   if not base then
     return {'done', fresh, 0}
@@ -173,8 +177,23 @@ local function step()
       local m = redis.call('ZRANGEBYLEX', ix, from, '[c\255', 'LIMIT', 0, 1)[1]
       members = {}
       if m then
-        local p = 'c' .. lp((split_lp(string.sub(m, 2))))
-        members = redis.call('ZREVRANGEBYLEX', ix, '[' .. p .. '\255', '[' .. p, 'LIMIT', 0, keep)
+        -- the last `keep` the log held at the first slice: checkpoints put since are copied
+        -- after the kept ones, as they come
+        local p, at = 'c' .. lp((split_lp(string.sub(m, 2)))), 0
+        while #members < keep do
+          local page = redis.call('ZREVRANGEBYLEX', ix, '[' .. p .. '\255', '[' .. p,
+                                  'LIMIT', at, keep)
+          for _, c in ipairs(page) do
+            local eid = redis.call('HGET', ptr, c)
+            if #members < keep and eid and not id_less(base, eid) then
+              members[#members + 1] = c
+            end
+          end
+          if #page < keep then
+            break
+          end
+          at = at + keep
+        end
         s.pc = p .. '\255'
       end
     else
@@ -293,11 +312,14 @@ local function step()
   return true
 end
 
+-- The first slice does one unit and saves the state, its first write that may grow memory: a
+-- full server refuses it there, and the caller compacts in one script, which frees first. The
+-- swap is never in it: the caller sends it alone, so a durability mode waits after it.
 local units, going = 0, true
 while going do
   going = step()
   units = units + 1
-  if going and (units >= most or elapsed_ms() >= budget) then
+  if going and (units >= most or elapsed_ms() >= budget or ARGV[5] == 'start') then
     break
   end
 end
