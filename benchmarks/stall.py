@@ -6,7 +6,8 @@ Builds a thread of ``--events`` events (a checkpoint and its writes per step, co
 the real writer made, appended with pipelined XADD, then indexed by a rebuild), while another
 tenant (another prefix, another process) reads its latest checkpoint with ``get_tuple`` in a
 loop. Reports that tenant's get_tuple p50/p99 while idle and while the first tenant, in turn,
-rebuilds the thread, copies it, prunes it (keep_latest) and deletes the copy, with each
+rebuilds the thread, verifies it, copies it, deletes a run's checkpoints (every tenth step's:
+delete_for_runs), prunes it (keep_latest) and deletes the copy, with each
 operation's total time. Redis runs one script at a time: an operation that is one script over
 the whole thread holds every tenant for as long as it runs.
 
@@ -76,7 +77,9 @@ def fill(saver: RedisStreamSaver, events: int) -> None:
     step, pipe = 1, client.pipeline(transaction=False)
     while client.xlen(log) + len(pipe) < events:
         cid = f"{step:032d}".encode()
-        pipe.xadd(log, {**cp_t, b"id": cid, b"parent": f"{step - 1:032d}".encode()})
+        # every tenth step of another run, which delete_for_runs takes out
+        run = {b"run": b"gone"} if step % 10 == 0 else {}
+        pipe.xadd(log, {**cp_t, b"id": cid, b"parent": f"{step - 1:032d}".encode(), **run})
         pipe.xadd(log, {**w_t, b"id": cid})
         step += 1
         if len(pipe) >= 20_000:
@@ -165,7 +168,11 @@ def main(argv: list[str] | None = None) -> int:
             tenant._execute(streamsaver._ops.Eval("replay", keys, (BIG,)))
             same = sliced == digest(client, tenant, BIG)
         timed("idle", lambda: time.sleep(0.3))
+        timed("verify", lambda: tenant.verify(BIG))
+        timed("idle", lambda: time.sleep(0.3))
         timed("copy_thread", lambda: tenant.copy_thread(BIG, COPY))
+        timed("idle", lambda: time.sleep(0.3))
+        timed("delete_for_runs", lambda: tenant.delete_for_runs(["gone"]))
         timed("idle", lambda: time.sleep(0.3))
         timed("prune keep_latest", lambda: tenant.prune([BIG], strategy="keep_latest"))
         timed("idle", lambda: time.sleep(0.3))

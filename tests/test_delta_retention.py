@@ -157,3 +157,28 @@ def test_keep_last_and_delete_for_runs_on_the_cluster(cluster: EmbeddedCluster) 
         saver.delete_for_runs([_run_id(4)])
     assert graph.get_state(THREAD).values == state
     client.close()
+
+
+def test_delete_for_runs_refuses_an_ancestor_a_checkpoint_put_after_its_check_reads(
+    sync_saver: RedisStreamSaver,
+) -> None:
+    """The DeltaChannel check runs in slices before the delete event is appended: a checkpoint
+    put between them that reads a deleted run's writes is checked by the append itself."""
+    from streamsaver._ops import Eval
+
+    graph = build(sync_saver)
+    for i in range(3):
+        _invoke(graph, i)
+    flow = sync_saver._ops.delete_for_runs([_run_id(2)])
+    op, checked = next(flow), False
+    with pytest.raises(InvalidInputError, match="DeltaChannels of the kept checkpoint"):
+        while True:
+            reply = sync_saver._execute(op)
+            if isinstance(op, Eval) and op.script == "delete_runs" and not checked:
+                checked = True
+                # run 3 continues run 2: its DeltaChannels read run 2's writes
+                _invoke(graph, 3)
+            op = flow.send(reply)
+    assert checked
+    _, state = _reference(4)
+    assert graph.get_state(THREAD).values == state

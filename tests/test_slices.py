@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import ormsgpack
 import redis
 
 from streamsaver import RedisStreamSaver
-from streamsaver._keys import rebuild_keys, thread_keys
-from streamsaver._ops import Each, Eval, Replay
-from tests.test_deletion import history, put
+from streamsaver._keys import compact_keys, rebuild_keys, scratch_keys, thread_keys, verify_keys
+from streamsaver._ops import TOMBSTONE_MS, Each, Eval, Replay
+from tests.test_deletion import history, put, visible
 from tests.test_saver import generate_config
 
 
@@ -199,3 +200,323 @@ async def test_the_async_saver_rebuilds_in_the_same_slices(
     async_saver._ops.slice_events = 4
     assert await async_saver.arebuild("t") == big
     assert indexes(redis_client, sync_saver, "t") == expected
+
+
+# --------------------------------------------------------------------------- #
+# compaction (prune, delete_for_runs, keep_last) in slices
+# --------------------------------------------------------------------------- #
+
+
+def snapshot(client: redis.Redis, saver: RedisStreamSaver, thread: str) -> list[bytes | None]:
+    return [client.dump(k) for k in thread_keys(saver.prefix, thread)]
+
+
+def restore(client: redis.Redis, saver: RedisStreamSaver, thread: str, dumps: Any) -> None:
+    for key, dump in zip(thread_keys(saver.prefix, thread), dumps, strict=True):
+        client.delete(key)
+        if dump is not None:
+            client.restore(key, 0, dump)
+
+
+def state(client: redis.Redis, saver: RedisStreamSaver, thread: str) -> Any:
+    """The thread's log, ix and ptr with every entry id replaced by its position in the log:
+    what a compaction gives, equal between one script and slices (only the ids the server
+    assigns to the copies differ). Fields stay in stored order, digests (ch, dg) included."""
+    keys = thread_keys(saver.prefix, thread)
+    entries = client.xrange(keys.log)
+    names = {eid: f"#{i}".encode() for i, (eid, _) in enumerate(entries)}
+
+    def plain(key: bytes, value: bytes) -> Any:
+        if key[:1] == b"w":
+            items = ormsgpack.unpackb(value)
+            return [names.get(x.encode(), x) if i % 4 == 2 else x for i, x in enumerate(items)]
+        first, *rest = value.split(b" ")
+        return b" ".join([names.get(first, first), *rest])
+
+    return (
+        [list(f.items()) for _, f in entries],
+        sorted(b"e" + names[m[1:]] if m[:1] == b"e" else m for m in client.zrange(keys.ix, 0, -1)),
+        sorted((k, plain(k, v)) for k, v in client.hgetall(keys.ptr).items()),
+    )
+
+
+def reads(saver: RedisStreamSaver, thread: str) -> Any:
+    return [
+        (t.config, t.checkpoint, t.metadata, t.parent_config, t.pending_writes)
+        for ns in ("", "child:1")
+        for t in saver.list(generate_config(thread, checkpoint_ns=ns))
+    ]
+
+
+def counting(saver: RedisStreamSaver, script: str) -> list[int]:
+    calls: list[int] = []
+    original = saver._execute
+
+    def run(op: Any) -> Any:
+        ops = op.ops if isinstance(op, Each) else (op,)
+        calls.extend(1 for o in ops if isinstance(o, Eval) and o.script == script)
+        return original(op)
+
+    saver._execute = run  # type: ignore[method-assign]
+    return calls
+
+
+def rich(saver: RedisStreamSaver, thread: str = "t") -> None:
+    """fill(), plus writes that came before their checkpoint (kept by every compaction)."""
+    fill(saver, thread)
+    early = generate_config(thread, checkpoint_id="ffffffff-early")
+    saver.put_writes(early, [("messages", "early write")], "early-task")
+
+
+def test_a_sliced_prune_equals_one_prune_script(
+    sync_saver: RedisStreamSaver, redis_client: redis.Redis
+) -> None:
+    rich(sync_saver)
+    before = snapshot(redis_client, sync_saver, "t")
+    keys = sync_saver._ops.appending(thread_keys(sync_saver.prefix, "t"))
+    removed = sync_saver._execute(Eval("prune", keys, (*sync_saver._ops._appending_args(), 1)))
+    expected, expected_reads = state(redis_client, sync_saver, "t"), reads(sync_saver, "t")
+    restore(redis_client, sync_saver, "t", before)
+
+    sync_saver._ops.slice_events = 2
+    calls = counting(sync_saver, "compact_slice")
+    assert sync_saver._run(sync_saver._ops.compact("t", 1)) == removed
+    assert len(calls) > 3
+    assert state(redis_client, sync_saver, "t") == expected
+    assert reads(sync_saver, "t") == expected_reads
+    assert sync_saver.verify("t")[2] == []
+    assert not any(
+        redis_client.exists(k) for k in compact_keys(thread_keys(sync_saver.prefix, "t"))
+    )
+
+
+def test_prune_keep_latest_runs_in_slices(
+    sync_saver: RedisStreamSaver, redis_client: redis.Redis
+) -> None:
+    history(sync_saver, 30)
+    sync_saver._ops.slice_events = 2
+    calls = counting(sync_saver, "compact_slice")
+    latest = sync_saver.get_tuple(generate_config("t"))
+    sync_saver.prune(["t"], strategy="keep_latest")
+    # one script over the whole thread before slices existed
+    assert len(calls) > 3
+    assert visible(sync_saver) == [latest.config["configurable"]["checkpoint_id"]]  # type: ignore[union-attr]
+    assert sync_saver.get_tuple(generate_config("t")) == latest
+
+
+def test_a_sliced_delete_for_runs_equals_one_script(
+    sync_saver: RedisStreamSaver, redis_client: redis.Redis
+) -> None:
+    rich(sync_saver)
+    before = snapshot(redis_client, sync_saver, "t")
+    keys = sync_saver._ops.appending(thread_keys(sync_saver.prefix, "t"))
+    args = (*sync_saver._ops._appending_args(), "", "t", "", 2, "run-5", "run-9")
+    assert sync_saver._execute(Eval("delete_runs", keys, args)) == 2
+    expected, expected_reads = state(redis_client, sync_saver, "t"), reads(sync_saver, "t")
+    restore(redis_client, sync_saver, "t", before)
+
+    sync_saver._ops.slice_events = 2
+    sync_saver._ops.slice_ms = 0
+    calls = counting(sync_saver, "compact_slice")
+    checks = counting(sync_saver, "delete_runs")
+    assert sync_saver._run(sync_saver._ops.delete_for_runs(["run-5", "run-9"])) == 2
+    assert len(calls) > 10
+    # the DeltaChannel check in slices (pages of 20 checkpoints), then the record
+    assert len(checks) == 3 + 1
+    assert state(redis_client, sync_saver, "t") == expected
+    assert reads(sync_saver, "t") == expected_reads
+    assert sync_saver.verify("t")[2] == []
+
+
+def finish(saver: RedisStreamSaver, flow: Any, reply: Any) -> Any:
+    try:
+        while True:
+            reply = saver._execute(flow.send(reply))
+    except StopIteration as stop:
+        return stop.value
+
+
+def test_writes_between_compaction_slices_are_kept(
+    sync_saver: RedisStreamSaver, redis_client: redis.Redis
+) -> None:
+    configs = history(sync_saver, 30)
+    sync_saver._ops.slice_events = 3
+    flow = sync_saver._ops.compact("t", 1)
+    reply = sync_saver._execute(next(flow))
+    # a writer between slices: its events go on the live log, and must be in the new one
+    late = put(sync_saver, configs[-1], 30)
+    sync_saver.put_writes(late, [("messages", "late write")], "late-task")
+    finish(sync_saver, flow, reply)
+    got = sync_saver.get_tuple(generate_config("t"))
+    assert got is not None and got.config == late
+    assert [w[2] for w in got.pending_writes or []] == ["late write"]
+    assert visible(sync_saver) == [c["configurable"]["checkpoint_id"] for c in (late, configs[-1])]
+    assert sync_saver.verify("t")[2] == []
+    # and the log alone gives it all back
+    after = indexes(redis_client, sync_saver, "t")
+    sync_saver.rebuild("t")
+    assert indexes(redis_client, sync_saver, "t") == after
+
+
+def test_a_thread_deleted_between_compaction_slices_stays_deleted(
+    sync_saver: RedisStreamSaver, redis_client: redis.Redis
+) -> None:
+    history(sync_saver, 30)
+    sync_saver._ops.slice_events = 3
+    flow = sync_saver._ops.compact("t", 1)
+    reply = sync_saver._execute(next(flow))
+    sync_saver.delete_thread("t")
+    log = thread_keys(sync_saver.prefix, "t").log
+    deleted = redis_client.xrange(log)
+    finish(sync_saver, flow, reply)
+    # nothing of the compacted history came back: the compaction started again, on the
+    # deleted thread, whose record it keeps (as one prune script would)
+    assert sync_saver.get_tuple(generate_config("t")) is None
+    assert [f[b"k"] for _, f in redis_client.xrange(log)] == [b"pruned", b"thread_deleted"]
+    assert redis_client.xrange(log)[1][1][b"origin"] == deleted[0][0]
+    assert 0 < redis_client.pttl(log) <= TOMBSTONE_MS
+    assert sync_saver.verify("t")[2] == []
+
+
+def test_a_compaction_rewritten_under_its_slices_gives_up_slicing(
+    sync_saver: RedisStreamSaver, redis_client: redis.Redis
+) -> None:
+    configs = history(sync_saver, 20)
+    sync_saver._ops.slice_events = 1
+    flow = sync_saver._ops.compact("t", 1)
+    op = next(flow)
+    calls = counting(sync_saver, "prune")
+    rewrites = 0
+    for _ in range(8):
+        reply = sync_saver._execute(op)
+        rewrites += 1
+        # another compaction each time: every slice finds the log rewritten
+        sync_saver._execute(
+            Eval(
+                "prune",
+                sync_saver._ops.appending(thread_keys(sync_saver.prefix, "t")),
+                (*sync_saver._ops._appending_args(), 2),
+            )
+        )
+        try:
+            op = flow.send(reply)
+        except StopIteration:
+            break
+    else:
+        finish(sync_saver, flow, sync_saver._execute(op))
+    # the rewrites, then the fallback: one prune script of its own
+    assert len(calls) == rewrites + 1
+    assert visible(sync_saver) == [configs[-1]["configurable"]["checkpoint_id"]]
+
+
+def test_a_keep_last_put_on_a_long_log_compacts_in_slices(
+    redis_url: str, prefix: str, redis_client: redis.Redis
+) -> None:
+    with RedisStreamSaver.from_conn_string(redis_url, prefix=prefix) as plain:
+        configs = history(plain, 1100)
+    log = thread_keys(prefix, "t").log
+    assert redis_client.xlen(log) > 2000
+    with RedisStreamSaver.from_conn_string(redis_url, prefix=prefix, keep_last=3) as s:
+        s._ops.slice_events = 5
+        calls = counting(s, "compact_slice")
+        late = put(s, configs[-1], 1100)
+        assert len(calls) > 5
+        assert s.get_tuple(generate_config("t")).config == late  # type: ignore[union-attr]
+        assert len(visible(s)) == 3
+        assert redis_client.xlen(log) < 10
+
+
+# --------------------------------------------------------------------------- #
+# verify in slices
+# --------------------------------------------------------------------------- #
+
+
+def one_verify(saver: RedisStreamSaver, thread: str, mode: str = "") -> Any:
+    keys = thread_keys(saver.prefix, thread)
+    applied, skipped, *lines = saver._execute(Eval("verify", (*keys, *scratch_keys(keys)), (mode,)))
+    return int(applied), int(skipped), sorted(d.decode() for d in lines)
+
+
+def test_a_sliced_verify_equals_one_verify_script(
+    sync_saver: RedisStreamSaver, redis_client: redis.Redis
+) -> None:
+    history(sync_saver, 20)
+    keys = thread_keys(sync_saver.prefix, "t")
+    # damage: a checkpoint's event gone (its writes and children now point at nothing), an
+    # index member and a pointer gone, an extra member
+    entries = redis_client.xrange(keys.log)
+    victim = next(eid for eid, f in entries[10:] if f[b"k"] == b"checkpoint")
+    redis_client.xdel(keys.log, victim)
+    member = next(m for m in redis_client.zrange(keys.ix, 0, -1) if m[:1] == b"c")
+    redis_client.zrem(keys.ix, member)
+    redis_client.zadd(keys.ix, {b"cbogus": 0})
+    redis_client.hdel(keys.ptr, next(k for k in redis_client.hkeys(keys.ptr) if k[:1] == b"b"))
+    expected = one_verify(sync_saver, "t")
+    assert any(line.startswith("ref ") for line in expected[2])
+    assert any(line.startswith("ix ") for line in expected[2])
+    assert any(line.startswith("ptr ") for line in expected[2])
+
+    sync_saver._ops.slice_events = 1
+    calls = counting(sync_saver, "verify_slice")
+    assert sync_saver.verify("t") == expected
+    assert len(calls) > 5
+    assert sync_saver._run(sync_saver._ops.references("t")) == [
+        line for line in one_verify(sync_saver, "t", "refs")[2]
+    ]
+    assert not any(redis_client.exists(k) for k in verify_keys(keys))
+
+
+def test_writes_between_verify_slices_are_no_problem(
+    sync_saver: RedisStreamSaver, redis_client: redis.Redis
+) -> None:
+    configs = history(sync_saver, 30)
+    sync_saver._ops.slice_events = 2
+    flow = sync_saver._ops.verify("t")
+    reply = sync_saver._execute(next(flow))
+    late, step = configs[-1], 30
+    log = thread_keys(sync_saver.prefix, "t").log
+    try:
+        while True:
+            reply = sync_saver._execute(flow.send(reply))
+            length = redis_client.xlen(log)
+            # a writer between slices: replayed into the scratch keys before any comparison
+            late = put(sync_saver, late, step)
+            sync_saver.put_writes(late, [("messages", f"late {step}")], f"task{step}")
+            step += 1
+    except StopIteration as stop:
+        applied, skipped, problems = stop.value
+    assert step > 35
+    assert problems == []
+    # every event up to the last slice, those put between slices included
+    assert (applied, skipped) == (length, 0)
+
+
+async def test_the_async_saver_compacts_and_verifies_in_the_same_slices(
+    async_saver: Any, sync_saver: RedisStreamSaver, redis_client: redis.Redis
+) -> None:
+    rich(sync_saver)
+    before = snapshot(redis_client, sync_saver, "t")
+    sync_saver._ops.slice_events = 2
+    sync_saver.prune(["t"], strategy="keep_latest")
+    expected = state(redis_client, sync_saver, "t")
+    verified = sync_saver.verify("t")
+    restore(redis_client, sync_saver, "t", before)
+    async_saver._ops.slice_events = 2
+    await async_saver.aprune(["t"], strategy="keep_latest")
+    assert state(redis_client, sync_saver, "t") == expected
+    assert await async_saver.averify("t") == verified == (len(expected[0]), 0, [])
+
+
+def test_a_thread_compacted_in_slices_keeps_expiring_with_its_log(
+    redis_url: str, prefix: str, redis_client: redis.Redis
+) -> None:
+    with RedisStreamSaver.from_conn_string(redis_url, prefix=prefix, ttl_seconds=300) as s:
+        history(s, 12)
+        s._ops.slice_events = 2
+        s.prune(["t"], strategy="keep_latest")
+        keys = thread_keys(prefix, "t")
+        ttls = [redis_client.pttl(k) for k in keys]
+        assert all(0 < t <= 300_000 for t in ttls)
+        assert max(ttls) - min(ttls) < 1000
+        assert redis_client.xlen(keys.log) < 5
+        assert not any(redis_client.exists(k) for k in compact_keys(keys))

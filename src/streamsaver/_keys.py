@@ -23,6 +23,7 @@ __all__ = [
     "STORE_BUCKETS",
     "StoreKeys",
     "ThreadKeys",
+    "compact_keys",
     "escape_glob",
     "key_pattern",
     "log_pattern",
@@ -34,6 +35,7 @@ __all__ = [
     "thread_id_of",
     "thread_keys",
     "validate_prefix",
+    "verify_keys",
 ]
 
 # quote("") is "", and an empty hash tag "{}" would hash the whole key instead of the tag,
@@ -70,9 +72,33 @@ def scratch_keys(keys: ThreadKeys) -> tuple[str, str]:
     return keys.ix + ":verify", keys.ptr + ":verify"
 
 
+def verify_keys(keys: ThreadKeys) -> tuple[str, str, str, str, str]:
+    """A sliced verify's (lua/verify_slice.lua): the scratch indexes (``scratch_keys``), its
+    cursor, the checkpoints its events still want and those it saw."""
+    return (
+        *scratch_keys(keys),
+        keys.ix + ":verify:at",
+        keys.ix + ":verify:pending",
+        keys.ix + ":verify:seen",
+    )
+
+
 def rebuild_keys(keys: ThreadKeys) -> tuple[str, str, str]:
     """Where a sliced rebuild (lua/replay_slice.lua) builds the indexes, and its cursor."""
     return keys.ix + ":rebuild", keys.ptr + ":rebuild", keys.ix + ":rebuild:at"
+
+
+def compact_keys(keys: ThreadKeys) -> tuple[str, str, str, str, str]:
+    """Where a sliced compaction (lua/compact_slice.lua) builds the new log and its indexes,
+    its state and its plan; the first three are renamed over ``log``/``ix``/``ptr``. None ends
+    in ``:log``, so no SCAN for logs finds them."""
+    return (
+        keys.log + ":compact",
+        keys.ix + ":compact",
+        keys.ptr + ":compact",
+        keys.ix + ":compact:at",
+        keys.ix + ":compact:plan",
+    )
 
 
 def escape_glob(text: str) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import builtins
 import re
+import secrets
 import warnings
 from collections.abc import (
     AsyncIterator,
@@ -33,7 +34,7 @@ from langgraph.checkpoint.base import (
     CheckpointTuple,
     get_serializable_checkpoint_metadata,
 )
-from redis.exceptions import NoPermissionError
+from redis.exceptions import NoPermissionError, OutOfMemoryError
 
 from ._chain import CHAIN_FIELDS, content_digest
 from ._codec import _SHARED, CheckpointEvent, Codec, Field, Held, _check_metadata, metadata_form
@@ -53,10 +54,12 @@ if TYPE_CHECKING:
     from ._projection import Projections
 from ._keys import (
     ThreadKeys,
+    compact_keys,
     lp,
     rebuild_keys,
     scratch_keys,
     thread_keys,
+    verify_keys,
 )
 from ._nodes import SendTargets, send_index, send_target, send_targets
 
@@ -421,9 +424,11 @@ class Operations:
         keys = self.keys(target.thread_id)
         if cache is None:
             fields = event(_nothing_known, None).fields
-            yield Eval(
+            reply = yield Eval(
                 self._append, self.appending(keys), self._append_args("", fields), write=True
             )
+            if isinstance(reply, list) and int(reply[1]) < 0:
+                yield from self.compact(target.thread_id, self.keep_last)
             return make_config(target.thread_id, target.checkpoint_ns, checkpoint_id)
         scope = (target.thread_id, target.checkpoint_ns)
         written = cache.written(scope, target.checkpoint_id)
@@ -445,6 +450,11 @@ class Operations:
             reply, trimmed = reply
             if trimmed:
                 cache.drop_thread(target.thread_id)
+            if int(trimmed) < 0:
+                # the log was too long to compact in the put's script (lua/append.lua): in
+                # slices now, which moves this put's values too
+                yield from self.compact(target.thread_id, self.keep_last)
+                return make_config(target.thread_id, target.checkpoint_ns, checkpoint_id)
         event_id = reply.decode()
         for channel, field_name, known in sent.learned:
             known.head = f"{event_id} {field_name}"
@@ -611,16 +621,58 @@ class Operations:
             return 0
         deleted = 0
         for thread_id in (yield from self._threads_for(("runs", *runs))):
-            reply = yield Eval(
-                "delete_runs",
-                self.appending(self.keys(thread_id)),
-                (*self._appending_args(), thread_id, *runs),
-                write=True,
-            )
-            if isinstance(reply, builtins.list):
+            keys = self.appending(self.keys(thread_id))
+            found = yield from self._delta_check(keys, thread_id, runs)
+            if found is None:
+                continue
+            # the delete event first, alone: the checkpoints are gone at once, for readers,
+            # writers and replays alike; then their payloads leave the log in slices
+            (reply,) = yield Each((self._delete_runs(keys, "record", thread_id, found, runs),))
+            if _out_of_memory(reply):
+                # a full server: one script, which frees before it appends
+                reply = yield self._delete_runs(keys, "", thread_id, "", runs)
+            if isinstance(reply, Exception):
+                raise reply
+            if isinstance(reply, builtins.list) and reply[0] == b"delta":
                 raise _delta_dependency(thread_id, runs, [_text(x) for x in reply[1:]])
-            deleted += reply
+            if isinstance(reply, builtins.list):
+                count, record = reply
+                deleted += count
+                # the record goes last in the compacted log, as one script puts it
+                yield from self.compact(thread_id, 0, _text(record))
+            else:
+                deleted += reply
         return deleted
+
+    def _delete_runs(
+        self, keys: Sequence[str], mode: str, thread_id: str, at: str, runs: Sequence[str]
+    ) -> Eval:
+        args: tuple[Field | int, ...] = (
+            *self._appending_args(),
+            mode,
+            thread_id,
+            at,
+            f"{self.slice_ms:g}",
+            *runs,
+        )
+        return Eval("delete_runs", keys, args, write=mode != "check")
+
+    def _delta_check(
+        self, keys: Sequence[str], thread_id: str, runs: Sequence[str]
+    ) -> Flow[str | None]:
+        """lua/delete_runs.lua's DeltaChannel check, in slices of ``slice_ms``: the log's last
+        id when it began, or None when the thread has none of the runs' checkpoints."""
+        cursor, upto = "", None
+        while True:
+            reply = yield self._delete_runs(keys, "check", thread_id, cursor, runs)
+            if not reply:
+                return None
+            if reply[0] == b"delta":
+                raise _delta_dependency(thread_id, runs, [_text(x) for x in reply[1:]])
+            state, cursor, last = (_text(x) for x in reply)
+            upto = upto or last
+            if state == "checked":
+                return upto
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> Flow[int]:
         source = thread_id_str(source_thread_id, "source_thread_id")
@@ -716,12 +768,54 @@ class Operations:
                 f"prune strategy {strategy!r} is unknown; use 'keep_latest' or 'delete'"
             )
         for thread_id in _str_list(thread_ids, "thread_ids"):
-            keys = self.keys(thread_id)
             if strategy == "delete":
                 yield from self.delete_thread(thread_id)
             else:
-                args = (*self._appending_args(), 1)
-                yield Eval("prune", self.appending(keys), args, write=True)
+                yield from self.compact(thread_id, 1)
+
+    def compact(self, thread_id: str, keep: int, last: str = "") -> Flow[int]:
+        """Compact a thread to its last ``keep`` checkpoints per namespace (0: every live one)
+        in slices (lua/compact_slice.lua), each at most ``slice_events`` units of work or
+        ``slice_ms`` of server time: the new log is built beside the live one while writers go
+        on, and swapped in whole by the last slice. ``last``: the id of a record to copy after
+        the kept checkpoints. Returns the entries removed."""
+        keys = self.keys(thread_id)
+        scratch = compact_keys(keys)
+        token = secrets.token_hex(8)
+        start, restarts = True, 0
+        while restarts <= _REBUILD_RESTARTS:
+            args = (*self._appending_args(), keep, token, "start" if start else "")
+            op = Eval(
+                "compact_slice",
+                (*self.appending(keys), *scratch),
+                (*args, self.slice_events, f"{self.slice_ms:g}", last),
+                write=True,
+            )
+            if start:
+                # pipelined, so a refusal is a value: the first slice, one unit of work, is the
+                # first to write, and never the last (lua/compact_slice.lua)
+                (reply,) = yield Each((op,))
+            else:
+                # alone, so a durability mode waits after it: the swap is acknowledged as any
+                # write is, and so is delete_for_runs' record before it
+                reply = yield op
+            if _out_of_memory(reply):
+                # the copies take memory before the old log is freed: on a full server, one
+                # script, which frees first (lua/compact.lua)
+                break
+            if isinstance(reply, Exception):
+                raise reply
+            state, fresh, removed = reply
+            if int(fresh) and not start:
+                # another compaction or a deletion rewrote the log under the slices
+                restarts += 1
+            start = False
+            if _text(state) == "done":
+                return int(removed)
+        # as before slices existed, rather than never finishing
+        yield Call(("UNLINK", *scratch), write=True)
+        whole = (*self._appending_args(), keep)
+        return int((yield Eval("prune", self.appending(keys), whole, write=True)))
 
     def rebuild(self, thread_id: str) -> Flow[Replay]:
         (replay,) = yield from self.rebuild_many([thread_id])
@@ -801,24 +895,59 @@ class Operations:
     def verify(self, thread_id: str) -> Flow[tuple[int, int, builtins.list[str]]]:
         """Check every reference the log's events make, then replay into scratch keys and diff
         with the live indexes: (applied, skipped, problems), each problem a line (verify.lua):
-        ``ref <event id> ...`` or ``<ix|ptr> <missing|differs|extra> <member>``."""
+        ``ref <event id> ...`` or ``<ix|ptr> <missing|differs|extra> <member>``. In slices
+        (lua/verify_slice.lua), safe while graphs write."""
         keys = self.keys(thread_id_str(thread_id, "thread_id"))
-        applied, skipped, *lines = yield Eval("verify", (*keys, *scratch_keys(keys)), ())
-        return int(applied), int(skipped), sorted(d.decode(errors="replace") for d in lines)
+        found = yield from self._verify(keys, "")
+        if isinstance(found, Exception):
+            raise found
+        return found
 
     def references(self, thread_id: str) -> Flow[builtins.list[str] | None]:
         """The references of the log's events that do not resolve, as ``verify`` reports them,
         without comparing indexes: what an audit of the log itself checks. None when this
         user may not write the scratch keys the check replays into (a read-only role)."""
         keys = self.keys(thread_id_str(thread_id, "thread_id"))
-        # pipelined, so a refusal comes back as a value
-        (reply,) = yield Each((Eval("verify", (*keys, *scratch_keys(keys)), ("refs",)),))
-        if isinstance(reply, NoPermissionError):
+        found = yield from self._verify(keys, "refs")
+        if isinstance(found, NoPermissionError):
             return None
+        if isinstance(found, Exception):
+            raise found
+        return found[2]
+
+    def _verify(
+        self, keys: ThreadKeys, mode: str
+    ) -> Flow[tuple[int, int, builtins.list[str]] | Exception]:
+        """verify.lua's work in slices, each at most ``slice_events`` units of work or
+        ``slice_ms`` of server time; a refusal comes back as a value."""
+        token, start, restarts = secrets.token_hex(8), True, 0
+        applied = skipped = 0
+        refs: builtins.list[str] = []
+        diffs: set[str] = set()
+        while restarts <= _REBUILD_RESTARTS:
+            args = (mode, token, "start" if start else "", self.slice_events, f"{self.slice_ms:g}")
+            (reply,) = yield Each((Eval("verify_slice", (*keys, *verify_keys(keys)), args),))
+            if isinstance(reply, Exception):
+                return reply
+            state, fresh, a, k, *lines = reply
+            if int(fresh) and not start:
+                # the log was rewritten under the slices: what they found is void
+                restarts += 1
+                applied, skipped, refs, diffs = 0, 0, [], set()
+            start = False
+            applied, skipped = applied + int(a), skipped + int(k)
+            for line in lines:
+                text = line.decode(errors="replace")
+                # a page of HSCAN may name a field twice: an index line counts once
+                (refs.append if text.startswith("ref ") else diffs.add)(text)
+            if _text(state) == "done":
+                return applied, skipped, sorted([*refs, *diffs])
+        # compactions keep rewriting the log faster than slices go: one script, as before
+        (reply,) = yield Each((Eval("verify", (*keys, *scratch_keys(keys)), (mode,)),))
         if isinstance(reply, Exception):
-            raise reply
-        _, _, *lines = reply
-        return sorted(d.decode(errors="replace") for d in lines)
+            return reply
+        a, k, *lines = reply
+        return int(a), int(k), sorted(d.decode(errors="replace") for d in lines)
 
     def log_entries(self, thread_id: str) -> Items[Entry]:
         """A thread's whole log, one page of XRANGE at a time: any length streams through in
@@ -916,6 +1045,13 @@ def threads_by_slot(
         for position, *threads in reply:
             by_slot[first + int(position) - 1] = [_text(t) for t in threads]
     return by_slot
+
+
+def _out_of_memory(reply: object) -> bool:
+    # Redis 6.2 reports a script's OOM as a plain error
+    return isinstance(reply, OutOfMemoryError) or (
+        isinstance(reply, Exception) and "maxmemory" in str(reply)
+    )
 
 
 def _text(value: bytes | str) -> str:

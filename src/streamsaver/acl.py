@@ -50,6 +50,7 @@ READER_COMMANDS: tuple[str, ...] = (
     # what the read scripts call (a script runs with its caller's permissions)
     "xlen", "xinfo|stream", "zrange", "zrangebylex", "zrevrangebylex", "zrevrangebyscore",
     "zscore", "zlexcount", "hget", "hmget", "hgetall", "hkeys", "hlen", "pttl", "smembers",
+    "sismember",
     "hexists", "hscan",
     # the Store's read scripts (lua/store*.lua)
     "zrevrange", "zrangebyscore",
@@ -71,8 +72,9 @@ SAVER_COMMANDS: tuple[str, ...] = (
     "wait", "waitaof",
     # what the write scripts call
     "xtrim", "hsetnx", "pexpire", "pexpireat", "sadd", "persist",
-    # sliced rebuilds swap their scratch keys in; deletions free in the background
-    "rename", "unlink",
+    # sliced rebuilds and compactions swap their scratch keys in (a compacted log's ids go on
+    # after the live one's: XSETID); deletions free in the background
+    "rename", "unlink", "xsetid",
     # the Store's vector index: whether a bucket keeps its documents (lua/store.lua's mft)
     "get", "set",
 )  # fmt: skip

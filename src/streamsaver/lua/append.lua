@@ -12,7 +12,8 @@
 --          append_compacting entry, which includes compact.lua, is sent a keep_last
 --          (streamsaver/_scripts.py)
 -- ARGV[7..]: the event's fields, flat [field, value, ...]
--- Returns the new event id, {new event id, entries trimmed} when it compacted, or 'stale'
+-- Returns the new event id, {new event id, entries trimmed} when it compacted, {new event id,
+-- -1} when a compaction is due but the log is too long for this call, or 'stale'
 -- (nothing written) when a base is not what the client saw: the client then sends whole values
 -- instead. Refusals are errors; nothing is written. A checkpoint naming a channel version that
 -- is neither its own nor stored is refused (projection.lua's dangling()).
@@ -102,19 +103,27 @@ if ARGV[3] ~= '' then
     end
   end
 end
-local keep, reply = tonumber(ARGV[6]), nil
+local keep, reply, due = tonumber(ARGV[6]), nil, false
 if keep > 0 and f.k == 'checkpoint' then
   local p = lp(f.ns)
-  -- ZLEXCOUNT is O(log n): deciding costs no scan
+  -- ZLEXCOUNT and XLEN are O(log n) and O(1): deciding costs no scan
   if redis.call('ZLEXCOUNT', KEYS[2], '[c' .. p, '[c' .. p .. '\255') >= 2 * keep then
-    local removed, ids = compact(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], keep, {fields})
-    reply = {ids[1], removed}
+    -- a compaction costs what the log holds: past LONG_LOG entries it would hold the server
+    -- too long for one script, and the saver runs it in slices after this append
+    due = redis.call('XLEN', KEYS[1]) > LONG_LOG
+    if not due then
+      local removed, ids = compact(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], keep, {fields})
+      reply = {ids[1], removed}
+    end
   end
 end
 if reply == nil then
   reply, f.dg = append_event(KEYS[1], fields, nil, ch)
   apply(KEYS[1], KEYS[2], KEYS[3], reply, f, cache)
   notify(KEYS[4], ARGV[1], reply, f)
+  if due then
+    reply = {reply, -1}
+  end
 end
 -- after the append: a write of a server out of memory is refused before it writes anything
 if marks[2] then

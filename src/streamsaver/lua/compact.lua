@@ -22,6 +22,10 @@
 -- (docs/audit.md).
 -- Needs common.lua, projection.lua and read.lua.
 
+-- The longest log a put compacts in its own script (append.lua); a longer one is compacted in
+-- slices (compact_slice.lua).
+local LONG_LOG = 2000
+
 -- Stream ids "<ms>-<seq>" in log order.
 local function id_less(a, b)
   local ams, aseq = string.match(a, '^(%d+)-(%d+)$')
@@ -146,16 +150,21 @@ local function checkpoint_copy(log, ptr, eid, f, cache, provided)
 end
 
 -- Copies of the writes still pending for checkpoint `f`, one per source event, holding only
--- the writes the index still points at.
-local function writes_copies(log, ptr, f, cache, out)
+-- the writes the index still points at; with `upto`, only those of events up to that id (a
+-- sliced compaction copies later ones as they come, compact_slice.lua).
+local function writes_copies(log, ptr, f, cache, out, upto)
   local l, by_src, order = pending_writes(ptr, lp(f.ns), f.id), {}, {}
   for j = 1, #l, 4 do
     local src = l[j + 2]
-    if by_src[src] == nil then
+    if upto and id_less(upto, src) then
+      src = nil
+    elseif by_src[src] == nil then
       by_src[src] = {}
       order[#order + 1] = src
     end
-    table.insert(by_src[src], l[j + 3])
+    if src then
+      table.insert(by_src[src], l[j + 3])
+    end
   end
   for _, src in ipairs(order) do
     local wf = entry_fields(log, src, cache)

@@ -4,10 +4,78 @@
 -- event naming what was deleted (no payloads) is appended last: the log records that, and when,
 -- it happened. Appends nothing when the thread has none of the runs' checkpoints.
 -- KEYS: log ix ptr feed   ARGV[1]: the feed's MAXLEN   ARGV[2]: 'chain' or '' (common.lua)
--- ARGV[3]: thread id   ARGV[4..]: run ids
--- Returns the number of checkpoints deleted. The thread keeps the time to live it had.
-local items, runs = {}, {}
-for i = 4, #ARGV do
+-- ARGV[3]: the mode:
+--   'check'   one slice of the DeltaChannel check below, newest checkpoints first, from
+--             ARGV[5] ('' to start, else the last index member checked) for up to ARGV[6] ms;
+--             writes nothing. Returns 0 when the thread has none of the runs' checkpoints, a
+--             refusal, or {'more' or 'checked', last member checked, the log's last id};
+--   'record'  append the "delete" event alone (it takes effect at once; the payloads then
+--             leave the log with a sliced compaction, compact_slice.lua), the check done by
+--             slices up to event ARGV[5], the log's last when they began: only checkpoints
+--             appended since are checked here. Returns {checkpoints deleted, the event's id};
+--   ''        check, record and compact, in this call (what a server out of memory needs:
+--             compact.lua frees before it appends). Returns the checkpoints deleted.
+-- ARGV[4]: thread id   ARGV[7..]: run ids
+-- The thread keeps the time to live it had.
+local mode, runs, named = ARGV[3], {}, {}
+for i = 7, #ARGV do
+  named[ARGV[i]] = true
+end
+
+-- A surviving checkpoint's DeltaChannels rebuild from its ancestors' writes back to their seed
+-- (delta.lua): dropping such an ancestor would silently empty them. Refuse before writing
+-- anything, naming the first: {'delta', ns, surviving id, its run, deleted id, its run}.
+local cache, memo = {}, {}
+local function refusal(m)
+  local _, f = checkpoint_event(KEYS[1], KEYS[3], m, cache)
+  if not f or named[f.run or ''] then
+    return nil
+  end
+  local needs = {}
+  delta_ancestors(KEYS[1], KEYS[3], f, cache, needs, memo)
+  for a in pairs(needs) do
+    local _, af = checkpoint_event(KEYS[1], KEYS[3], a, cache)
+    if af and named[af.run or ''] then
+      return {'delta', f.ns, f.id, f.run or '', af.id, af.run or ''}
+    end
+  end
+end
+
+if mode == 'check' then
+  local any = false
+  for i = 7, #ARGV do
+    local r = '[r' .. lp(ARGV[i])
+    any = any or #redis.call('ZRANGEBYLEX', KEYS[2], r, r .. '\255', 'LIMIT', 0, 1) > 0
+  end
+  if not any then
+    return 0
+  end
+  local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)[1][1]
+  local t0 = redis.call('TIME')
+  local from = ARGV[5] == '' and '[c\255' or '(' .. ARGV[5]
+  while true do
+    -- newest first, so older ones' walks stop where a newer one's went (delta.lua's memo)
+    local page = redis.call('ZREVRANGEBYLEX', KEYS[2], from, '[c', 'LIMIT', 0, 20)
+    for _, m in ipairs(page) do
+      local refused = refusal(m)
+      if refused then
+        return refused
+      end
+    end
+    if #page < 20 then
+      return {'checked', '', last}
+    end
+    from = '(' .. page[#page]
+    local t = redis.call('TIME')
+    if (tonumber(t[1]) - tonumber(t0[1])) * 1000 + (tonumber(t[2]) - tonumber(t0[2])) / 1000
+        >= tonumber(ARGV[6]) then
+      return {'more', page[#page], last}
+    end
+  end
+end
+
+local items = {}
+for i = 7, #ARGV do
   local r = 'r' .. lp(ARGV[i])
   local ms = redis.call('ZRANGEBYLEX', KEYS[2], '[' .. r, '[' .. r .. '\255')
   if #ms > 0 then
@@ -22,31 +90,36 @@ end
 if #items == 0 then
   return 0
 end
--- A surviving checkpoint's DeltaChannels rebuild from its ancestors' writes back to their seed
--- (delta.lua): dropping such an ancestor would silently empty them. Refuse before writing
--- anything, naming the first: {'delta', ns, surviving id, its run, deleted id, its run}.
-local deleted, cache, memo = {}, {}, {}
-for i = 1, #items, 2 do
-  deleted['c' .. lp(items[i]) .. items[i + 1]] = true
-end
-local live = redis.call('ZRANGEBYLEX', KEYS[2], '[c', '[c\255')
--- newest first, so older ones' walks stop where a newer one's went (delta.lua's memo)
-for i = #live, 1, -1 do
-  local m = live[i]
-  if not deleted[m] then
-    local _, f = checkpoint_event(KEYS[1], KEYS[3], m, cache)
-    local needs = {}
-    delta_ancestors(KEYS[1], KEYS[3], f, cache, needs, memo)
-    for a in pairs(needs) do
-      if deleted[a] then
-        local _, af = checkpoint_event(KEYS[1], KEYS[3], a, cache)
-        return {'delta', f.ns, f.id, f.run or '', af.id, af.run or ''}
+if mode == 'record' then
+  -- what was put since the check's slices began
+  for _, e in ipairs(redis.call('XRANGE', KEYS[1], '(' .. ARGV[5], '+')) do
+    local f = fields_of(e[2])
+    if f.k == 'checkpoint' and type(f.ns) == 'string' and type(f.id) == 'string' then
+      local refused = refusal('c' .. lp(f.ns) .. f.id)
+      if refused then
+        return refused
       end
     end
   end
+else
+  local live = redis.call('ZRANGEBYLEX', KEYS[2], '[c', '[c\255')
+  for i = #live, 1, -1 do
+    local refused = refusal(live[i])
+    if refused then
+      return refused
+    end
+  end
 end
-local ev = {'k', 'delete', 'sv', tostring(SCHEMA), 'thread', ARGV[3],
+local ev = {'k', 'delete', 'sv', tostring(SCHEMA), 'thread', ARGV[4],
             'items', cmsgpack.pack(items), 'runs', cmsgpack.pack(runs)}
+if mode == 'record' then
+  local id = append_event(KEYS[1], ev)
+  local f = fields_of(ev)
+  apply(KEYS[1], KEYS[2], KEYS[3], id, f)
+  notify(KEYS[4], ARGV[1], id, f)
+  expire_thread(KEYS[1], {KEYS[2], KEYS[3]}, 0)
+  return {#items / 2, id}
+end
 -- projected first, so the compaction keeps every checkpoint but the deleted ones; it projects
 -- the event again, with the rest, once appended
 local f = fields_of(ev)
