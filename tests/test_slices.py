@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import ormsgpack
 import redis
 
 from streamsaver import RedisStreamSaver
@@ -226,17 +225,16 @@ def state(client: redis.Redis, saver: RedisStreamSaver, thread: str) -> Any:
     entries = client.xrange(keys.log)
     names = {eid: f"#{i}".encode() for i, (eid, _) in enumerate(entries)}
 
-    def plain(key: bytes, value: bytes) -> Any:
-        if key[:1] == b"w":
-            items = ormsgpack.unpackb(value)
-            return [names.get(x.encode(), x) if i % 4 == 2 else x for i, x in enumerate(items)]
+    def plain(value: bytes) -> Any:
+        # a pointer's value starts with the event id it points at ('v' fields: a pending
+        # write's); 'w' and 'u' fields hold counts and positions, which no id equals
         first, *rest = value.split(b" ")
         return b" ".join([names.get(first, first), *rest])
 
     return (
         [list(f.items()) for _, f in entries],
         sorted(b"e" + names[m[1:]] if m[:1] == b"e" else m for m in client.zrange(keys.ix, 0, -1)),
-        sorted((k, plain(k, v)) for k, v in client.hgetall(keys.ptr).items()),
+        sorted((k, plain(v)) for k, v in client.hgetall(keys.ptr).items()),
     )
 
 
