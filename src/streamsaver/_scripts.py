@@ -29,12 +29,12 @@ _ENTRIES: dict[str, tuple[str, ...]] = {
     "delete_runs": (*_COMPACT, "delete_runs.lua"),
     "delete_thread": (*_WRITE, "delete_thread.lua"),
     "replay": (*_WRITE, "replay.lua"),
-    "replay_slice": (*_WRITE, "replay_slice.lua"),
+    "replay_slice": (*_WRITE, "slice.lua", "replay_slice.lua"),
     "verify": (*_WRITE, "refs.lua", "verify.lua"),
-    "verify_slice": (*_WRITE, "refs.lua", "verify_slice.lua"),
+    "verify_slice": (*_WRITE, "refs.lua", "slice.lua", "verify_slice.lua"),
     "import": (*_WRITE, "import.lua"),
     "prune": (*_COMPACT, "prune.lua"),
-    "compact_slice": (*_COMPACT, "compact_slice.lua"),
+    "compact_slice": (*_COMPACT, "slice.lua", "compact_slice.lua"),
     # the Store's (store.lua holds its one projection)
     **{
         name: ("common.lua", "store.lua", f"{name}.lua")

@@ -25,16 +25,6 @@
 local log, ix, ptr, feed = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local nl, nx, np, st, plan = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local keep, token, most, budget = tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[6]), tonumber(ARGV[7])
-local t0 = redis.call('TIME')
-local function elapsed_ms()
-  local t = redis.call('TIME')
-  return (tonumber(t[1]) - tonumber(t0[1])) * 1000 + (tonumber(t[2]) - tonumber(t0[2])) / 1000
-end
-
-local function first_id(key)
-  local e = redis.call('XRANGE', key, '-', '+', 'COUNT', 1)[1]
-  return e and e[1] or ''
-end
 
 local function last_id(key)
   local e = redis.call('XREVRANGE', key, '+', '-', 'COUNT', 1)[1]
@@ -61,7 +51,7 @@ if ARGV[5] ~= 'start' then
   -- every entry up to the snapshot still there and the same first one: only appends since
   -- the same first entry: only appends since (a compaction or a deletion rewrites the log from
   -- its first entry on)
-  if s.token ~= token or s.first ~= first_id(log) then
+  if s.token ~= token or s.first ~= first_entry_id(log) then
     if s.phase == 'announce' then
       -- swapped in, then rewritten again: what rewrote it announces its own events
       redis.call('UNLINK', st)
@@ -90,7 +80,7 @@ if s.token == nil then
     tomb[8], tomb[12], tomb[14], h = tostring(tonumber(tomb[8]) - 1), prev[1], pf.dg or '',
       pf.dg or ''
   end
-  s = {token = token, phase = 'records', first = first_id(log), base = base, pc = '',
+  s = {token = token, phase = 'records', first = first_entry_id(log), base = base, pc = '',
        tomb = cmsgpack.pack(tomb), h = h, last = ''}
 end
 local base = s.base
@@ -149,7 +139,7 @@ local function swap()
   if ttl > 0 then
     expire_thread(log, {ix, ptr}, ttl)
   end
-  s.phase, s.pc, s.first, s.base = 'announce', '', first_id(log), s.last
+  s.phase, s.pc, s.first, s.base = 'announce', '', first_entry_id(log), s.last
   return true
 end
 
@@ -335,14 +325,5 @@ if not going then
   return {'done', fresh, tonumber(s.removed)}
 end
 s.h = heads[nl]
-local flat = {}
-for k, v in pairs(s) do
-  flat[#flat + 1] = k
-  flat[#flat + 1] = v
-end
-redis.call('HSET', st, unpack(flat))
--- a compaction abandoned half-way leaves nothing behind for long
-for _, key in ipairs({nl, nx, np, st, plan}) do
-  redis.call('PEXPIRE', key, 3600000)
-end
+save_slice(st, s, {nl, nx, np, st, plan})
 return {'more', fresh, 0}

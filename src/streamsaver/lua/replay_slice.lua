@@ -14,14 +14,8 @@
 -- event skipped (at most 100)}.
 local log, ix, ptr, sx, sp, st = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local most, budget = tonumber(ARGV[2]), tonumber(ARGV[3])
-local t0 = redis.call('TIME')
-local function elapsed_ms()
-  local t = redis.call('TIME')
-  return (tonumber(t[1]) - tonumber(t0[1])) * 1000 + (tonumber(t[2]) - tonumber(t0[2])) / 1000
-end
 
-local first = redis.call('XRANGE', log, '-', '+', 'COUNT', 1)[1]
-local first_id = first and first[1] or ''
+local first_id = first_entry_id(log)
 local start, fresh = '-', 1
 if ARGV[1] ~= '' then
   local state = redis.call('HMGET', st, 'at', 'first')
@@ -72,11 +66,7 @@ out[4], out[5] = applied, skipped
 
 if not done then
   out[2] = last
-  redis.call('HSET', st, 'at', last, 'first', first_id)
-  -- a rebuild abandoned half-way leaves nothing behind for long
-  for _, key in ipairs({sx, sp, st}) do
-    redis.call('PEXPIRE', key, 3600000)
-  end
+  save_slice(st, {at = last, first = first_id}, {sx, sp, st})
   return out
 end
 out[1], out[2] = 'done', last or ARGV[1]

@@ -18,11 +18,6 @@
 -- name a field twice: the caller keeps each line once).
 local log, ix, ptr, sx, sp, st, pend, seen = unpack(KEYS)
 local most, budget = tonumber(ARGV[4]), tonumber(ARGV[5])
-local t0 = redis.call('TIME')
-local function elapsed_ms()
-  local t = redis.call('TIME')
-  return (tonumber(t[1]) - tonumber(t0[1])) * 1000 + (tonumber(t[2]) - tonumber(t0[2])) / 1000
-end
 
 local first = redis.call('XRANGE', log, '-', '+', 'COUNT', 1)[1]
 local first_id = first and first[1] or ''
@@ -176,14 +171,5 @@ if s.phase == 'done' then
   redis.call('UNLINK', sx, sp, st, pend, seen)
   return out
 end
-local flat = {}
-for k, v in pairs(s) do
-  flat[#flat + 1] = k
-  flat[#flat + 1] = v
-end
-redis.call('HSET', st, unpack(flat))
--- a verification abandoned half-way leaves nothing behind for long
-for _, key in ipairs({sx, sp, st, pend, seen}) do
-  redis.call('PEXPIRE', key, 3600000)
-end
+save_slice(st, s, {sx, sp, st, pend, seen})
 return out
