@@ -105,9 +105,9 @@ def rebuild(
 ) -> int:
     """Rebuild thread indexes by replaying their event logs.
 
-    Each thread's derived indexes are dropped and re-projected from its stream through the
-    same Lua projection the writer uses, in one atomic script per thread, so a concurrent
-    writer lands entirely before or entirely after its thread's rebuild. With --all, the
+    Each thread's stream is replayed through the same Lua projection the writer uses into
+    scratch keys, a few milliseconds of server time at a time, and the last slice swaps them
+    in: writers carry on meanwhile and readers never see a half-built index. With --all, the
     projector's keys (thread registry, run and metadata indexes) are rebuilt too, one atomic
     script per cluster slot. Exits 1 if an event was skipped (unknown kind, newer schema,
     malformed, or an append part whose base or shared write is not stored), each named by
@@ -159,9 +159,10 @@ def verify(
 ) -> int:
     """Check every reference events make, and the indexes against a replay.
 
-    For each thread, in one atomic script: every reference its events make must resolve
-    (values, append parts, shared writes, parents, the checkpoints of writes); then its stream
-    is replayed into scratch keys and compared with the live indexes. Prints every problem
+    For each thread, in slices of a few milliseconds of server time: every reference its
+    events make must resolve (values, append parts, shared writes, parents, the checkpoints of
+    writes); then its stream is replayed into scratch keys and compared with the live indexes.
+    Prints every problem
     (see docs/audit.md); exits 1 on any.
     """
     from .maintenance import progress_bar, verify_threads

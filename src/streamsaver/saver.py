@@ -410,8 +410,9 @@ class RedisStreamSaver(StreamSaverBase):
     def verify(self, thread_id: str) -> tuple[int, int, builtins.list[str]]:
         """Check that every reference the thread's events make resolves (values, parts,
         parents, writes' checkpoints), then replay its log into scratch keys and compare with
-        its live indexes, in one atomic script: (applied, skipped, problems), each a line naming
-        the event or index entry; no problems means consistent."""
+        its live indexes, in slices of a few milliseconds of server time, each caught up with
+        the writes made since the last: (applied, skipped, problems), each a line naming the
+        event or index entry; no problems means consistent."""
         return self._run(self._ops.verify(thread_id))
 
     def migrate_keys(self) -> Migrated:
