@@ -99,11 +99,7 @@ def test_writes_between_slices_are_kept(
     # a writer between slices: the live indexes get it, the log too, and so must the rebuild
     late = put(sync_saver, configs[-1], 30)
     sync_saver.put_writes(late, [("messages", "late write")], "late-task")
-    try:
-        while True:
-            reply = sync_saver._execute(flow.send(reply))
-    except StopIteration as stop:
-        sliced = stop.value
+    sliced = finish(sync_saver, flow, reply)
     after = indexes(redis_client, sync_saver, "t")
     assert sync_saver.get_tuple(generate_config("t")).config == late  # type: ignore[union-attr]
     assert one_script(sync_saver, "t") == sliced
@@ -119,11 +115,7 @@ def test_a_log_rewritten_between_slices_restarts_the_rebuild(
     reply = sync_saver._execute(next(flow))
     # a compaction trims what the first slice replayed
     sync_saver.prune(["t"], strategy="keep_latest")
-    try:
-        while True:
-            reply = sync_saver._execute(flow.send(reply))
-    except StopIteration as stop:
-        sliced = stop.value
+    sliced = finish(sync_saver, flow, reply)
     after = indexes(redis_client, sync_saver, "t")
     assert sliced.applied == redis_client.xlen(thread_keys(sync_saver.prefix, "t").log)
     assert one_script(sync_saver, "t") == sliced

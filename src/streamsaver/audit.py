@@ -471,9 +471,11 @@ def _compare(
     for event, (number, record, fields) in ready:
         entry_id = str(record["id"])
         rendered = _record(thread.report.thread_id, event, entry_id, fields)
-        for key in thread.uncompared:
-            rendered.pop(key, None)
-            record = {k: v for k, v in record.items() if k != key}
+        if thread.uncompared:
+            rendered, record = (
+                {k: v for k, v in r.items() if k not in thread.uncompared}
+                for r in (rendered, record)
+            )
         if rendered != record:
             thread.fail(
                 f"line {number} (event {entry_id}): its readable view does not match its "
