@@ -1,7 +1,8 @@
 """Resharding and failover under load, on a real Redis Cluster with a replica per primary:
 slots of live threads move between primaries (IMPORTING / MIGRATING / MIGRATE / NODE) and a
-primary fails over while graphs run and tailers follow. Nothing surfaces to the caller,
-nothing acknowledged is lost, and tailers see every event once."""
+primary fails over while graphs run, tailers follow and the projector projects. Nothing
+surfaces to the caller, nothing acknowledged is lost, tailers see every event once, and the
+projector's registry ends equal to the threads' latest checkpoints."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from streamsaver import AsyncRedisStreamSaver, InvalidInputError, RedisStreamSav
 from streamsaver._moves import scan_plan
 from streamsaver.embedded import EmbeddedCluster
 from streamsaver.events import ThreadEvent
+from streamsaver.projector import Projector
 from tests.test_tail import in_thread
 
 
@@ -226,6 +228,16 @@ def test_graphs_and_tailers_run_through_resharding_and_failover(
 
         asyncio.run(main())
 
+    # the projector keeps the registry through the moves: its group, its per-slot scripts
+    projector = Projector(
+        RedisStreamSaver(RedisCluster.from_url(cluster.url), prefix="rs"),
+        catch_up_s=0.2,
+        min_idle_ms=500,
+    )
+
+    def project() -> None:
+        projector.run()
+
     workers = [
         in_thread(sync_writer("sync-none")),
         in_thread(sync_writer("sync-replicated")),
@@ -234,6 +246,7 @@ def test_graphs_and_tailers_run_through_resharding_and_failover(
         in_thread(follow(tail_all, every)),
         in_thread(consume),
         in_thread(async_readers),
+        in_thread(project),
     ]
     try:
         _grows(runs, 6, "the graphs never ran")
@@ -293,7 +306,16 @@ def test_graphs_and_tailers_run_through_resharding_and_failover(
                 + repr([(type(e), str(e)) for _, errors in workers[3:] for e in errors])
             ),
         )
+        _until(lambda: reader.projector_lag().pending == 0, "the projector fell behind")
+        registry = {i.thread_id: i.checkpoint_id for i in reader.threads() if i.thread_id in seen}
+        latest = {t: reader.get_tuple(_config(t)) for t in threads}
+        assert registry == {
+            t: got.config["configurable"]["checkpoint_id"]
+            for t, got in latest.items()
+            if got is not None
+        }
     finally:
+        projector.stop()
         for tail in (*tails, tail_all, group):
             tail.stop()
         areaders_done.set()

@@ -176,6 +176,37 @@ def test_rounds_resend_only_what_met_a_moving_slot() -> None:
     assert done.value.value == [b"1", b"2"]
 
 
+def test_rounds_learn_the_layout_once_for_a_batch_that_met_moved_slots() -> None:
+    """After a failover every command of a batch whose slot moved comes back MOVED: one
+    refresh of the slot map and one more pipeline (which the client may redirect), not one
+    round trip per command (a 16384-name feed probe took the projector tens of seconds)."""
+    scripts = Scripts({})
+    ops = [Call(("EXISTS", f"k{i}")) for i in range(4)]
+    flow = rounds(ops, scripts, Moves(1.0, "test"))
+    first = next(flow)
+    assert isinstance(first, Pipeline) and not first.follow
+    moved = [redis.exceptions.MovedError(f"{i} 127.0.0.1:7001") for i in (1, 3)]
+    learn = flow.send([1, moved[0], 0, moved[1]])
+    assert isinstance(learn, Relearn) and learn.moved is None
+    again = flow.send(None)
+    assert isinstance(again, Pipeline) and again.follow
+    assert again.commands == [("EXISTS", "k1"), ("EXISTS", "k3")]
+    with pytest.raises(StopIteration) as done:
+        flow.send([1, 1])
+    assert done.value.value == [1, 1, 0, 1]
+
+
+def test_rounds_resend_what_met_ask_without_relearning() -> None:
+    scripts = Scripts({})
+    flow = rounds([Call(("GET", "a")), Call(("GET", "b"))], scripts, Moves(1.0, "test"))
+    next(flow)
+    again = flow.send([b"1", redis.exceptions.AskError("3 127.0.0.1:7002")])
+    assert isinstance(again, Pipeline) and again.follow and again.commands == [("GET", "b")]
+    with pytest.raises(StopIteration) as done:
+        flow.send([b"2"])
+    assert done.value.value == [b"1", b"2"]
+
+
 def test_a_sync_saver_keeps_one_connection_and_threads_never_wait_for_it(
     sync_saver: RedisStreamSaver,
 ) -> None:

@@ -31,6 +31,7 @@ from ._feed import SLOTS, feed_key, slot_key
 from ._keys import thread_keys
 from ._ops import Call, Each, Eval, Flow, threads_by_slot
 from ._tail import entries, streams
+from ._tail.steps import SWEEP_SLICES
 from .events import ProjectorLag, SlotLag, ThreadInfo
 
 __all__ = ["Applied", "Projections", "SlotKeys", "slot_keys"]
@@ -116,15 +117,31 @@ class Projections:
         # ignore the projections: cross-thread reads scan the logs (tests compare both paths)
         self.scan_only = False
         self._known: set[int] = set()
+        self._probed = False  # every slot probed once
+        self._sweep = 0  # the first slot of the next slice a periodic probe names
 
     def keys(self, slot: int) -> SlotKeys:
         return slot_keys(self.prefix, slot)
 
-    def feed_slots(self) -> Flow[builtins.list[int]]:
+    def feed_slots(self, fresh: bool = True) -> Flow[builtins.list[int]]:
         """The slots whose feed exists, found by probing their names, never by SCAN. Feeds
-        are not deleted, so only the slots not seen yet are probed again (a fresh prefix
-        probes all 16384: tens of ms; once every slot has a feed, nothing)."""
-        unknown = [s for s in range(SLOTS) if s not in self._known]
+        are not deleted, so only the slots not seen yet are probed again: all of them when
+        ``fresh`` (a listing must see a thread another process just started in a slot new to
+        it), else one slice of ``SLOTS / SWEEP_SLICES``, the next one each call (the
+        projector's periodic work: its group wakes it for a new feed anyway). The first call
+        probes every slot either way.
+
+        On a cluster a probe is one EXISTS per slot (a command may not span slots), through
+        the client's cluster pipeline: a third of a second for 16384 names, more after a
+        failover, while each name that met a moved slot is sent again on its own. Probing all
+        of them on every periodic call kept a projector doing little else."""
+        if fresh or not self._probed:
+            candidates: Iterable[int] = range(SLOTS)
+        else:
+            start = self._sweep
+            self._sweep = (start + SLOTS // SWEEP_SLICES) % SLOTS
+            candidates = range(start, start + SLOTS // SWEEP_SLICES)
+        unknown = [s for s in candidates if s not in self._known]
         names = [feed_key(self.prefix, s) for s in unknown]
         if not names:
             found: builtins.list[int] = []
@@ -136,6 +153,7 @@ class Projections:
             present = {key for key, _ in streams(reply)}
             found = [s for s, k in zip(unknown, names, strict=True) if k in present]
         self._known.update(found)
+        self._probed = True
         return sorted(self._known)
 
     def seeded(self) -> Flow[bool]:
@@ -211,14 +229,14 @@ class Projections:
 
     def sweep(self) -> Flow[int]:
         """Forget threads whose log is gone (deleted, expired); returns how many."""
-        slots = yield from self.feed_slots()
+        slots = yield from self.feed_slots(fresh=False)
         replies = yield Each(
             tuple(Eval("sweep", self.keys(s), (self.prefix,), write=True) for s in slots)
         )
         return sum(int(_ok(r)) for r in replies)
 
-    def lag(self) -> Flow[ProjectorLag]:
-        slots = yield from self.feed_slots()
+    def lag(self, fresh: bool = True) -> Flow[ProjectorLag]:
+        slots = yield from self.feed_slots(fresh)
         now = yield Call(("TIME",))
         replies = yield Each(tuple(Eval("lag", self.keys(s)[:2], (_LAG_CAP,)) for s in slots))
         out = []

@@ -115,9 +115,12 @@ def what(op: Op) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Pipeline:
-    """Send ``commands`` in one pipeline; the replies come back in order, errors as values."""
+    """Send ``commands`` in one pipeline; the replies come back in order, errors as values.
+    ``follow``: a cluster client may follow ``MOVED`` and ``ASK`` itself (redis-py sends each
+    redirected command again on its own); without it, a redirection is the command's reply."""
 
     commands: Sequence[Command]
+    follow: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,7 +135,14 @@ class Pause:
     seconds: float
 
 
-Step = Pipeline | LoadScripts | Pause
+@dataclass(frozen=True, slots=True)
+class Relearn:
+    """Refresh the cluster's slot map: from ``moved`` (a MOVED reply), or all of it (None)."""
+
+    moved: MovedError | None
+
+
+Step = Pipeline | LoadScripts | Relearn | Pause
 
 
 def rounds(
@@ -155,6 +165,17 @@ def rounds(
         if any(scripts.needs_read_only(one, r) for one, r in zip(pending, got, strict=True)):
             scripts.read_only = True
             got = yield Pipeline([scripts.command(one) for one in pending])
+        # After a failover or a finished move, a batch's commands for every slot that moved
+        # come back MOVED: learn the layout once and send them again in one pipeline, rather
+        # than the client resending each on its own (a 16384-name probe took tens of seconds
+        # so). What an ASK, or a layout changing again, redirects the client then follows.
+        redirected = [j for j, r in enumerate(got) if isinstance(r, AskError)]  # MOVED too
+        if redirected:
+            if any(isinstance(got[j], MovedError) for j in redirected):
+                yield Relearn(None)
+            again = yield Pipeline([scripts.command(pending[j]) for j in redirected], True)
+            for j, reply in zip(redirected, again, strict=True):
+                got[j] = reply
         missing = [j for j, r in enumerate(got) if scripts.missing(r)]
         if missing:
             names = dict.fromkeys(pending[j].script for j in missing)  # type: ignore[union-attr]
@@ -199,13 +220,6 @@ class LoadThere:
     """Load ``source`` on the node the last ``Durably`` went to."""
 
     source: str
-
-
-@dataclass(frozen=True, slots=True)
-class Relearn:
-    """Refresh the cluster's slot map: from ``moved`` (a MOVED reply), or all of it (None)."""
-
-    moved: MovedError | None
 
 
 DurableStep = Durably | LoadThere | Relearn | Pause
@@ -255,11 +269,12 @@ def durable_rounds(
 
 def run(
     flow: Generator[Step, Any, list[Any]],
-    send: Callable[[Sequence[Command]], list[Any]],
+    send: Callable[[Pipeline], list[Any]],
     load: Callable[[str], Any],
     pause: Callable[[float], Any],
+    relearn: Callable[[Relearn], Any],
 ) -> list[Any]:
-    """Drive ``rounds`` with a sync shell's three verbs."""
+    """Drive ``rounds`` with a sync shell's four verbs."""
     reply: Any = None
     while True:
         try:
@@ -268,21 +283,24 @@ def run(
             return done.value  # type: ignore[no-any-return]
         reply = None
         if isinstance(step, Pipeline):
-            reply = send(step.commands)
+            reply = send(step)
         elif isinstance(step, LoadScripts):
             for source in step.sources:
                 load(source)
+        elif isinstance(step, Relearn):
+            relearn(step)
         else:
             pause(step.seconds)
 
 
 async def arun(
     flow: Generator[Step, Any, list[Any]],
-    send: Callable[[Sequence[Command]], Awaitable[list[Any]]],
+    send: Callable[[Pipeline], Awaitable[list[Any]]],
     load: Callable[[str], Awaitable[Any]],
     pause: Callable[[float], Awaitable[Any]],
+    relearn: Callable[[Relearn], Awaitable[Any]],
 ) -> list[Any]:
-    """Drive ``rounds`` with an asyncio shell's three verbs."""
+    """Drive ``rounds`` with an asyncio shell's four verbs."""
     reply: Any = None
     while True:
         try:
@@ -291,10 +309,12 @@ async def arun(
             return done.value  # type: ignore[no-any-return]
         reply = None
         if isinstance(step, Pipeline):
-            reply = await send(step.commands)
+            reply = await send(step)
         elif isinstance(step, LoadScripts):
             for source in step.sources:
                 await load(source)
+        elif isinstance(step, Relearn):
+            await relearn(step)
         else:
             await pause(step.seconds)
 

@@ -53,6 +53,7 @@ from ._history import delta_channel_history
 from ._moves import DEFAULT_SLOT_MOVE_TIMEOUT_S, Moves, is_moving, scan_plan
 from ._ops import Call, Each, Eval, Flow, Op, Replay, ScanLogs, T, adrive, aiterate
 from ._pipelining import AutoPipeline
+from ._sending import arelearn, asend_pipeline
 from ._tail import (
     DEFAULT_BLOCK_MS,
     DEFAULT_COUNT,
@@ -66,6 +67,7 @@ from ._transport import (
     Command,
     Durably,
     LoadThere,
+    Pipeline,
     Relearn,
     arun,
     durable_rounds,
@@ -240,7 +242,10 @@ class AsyncRedisStreamSaver(StreamSaverBase):
 
     async def _rounds(self, ops: Sequence[Eval | Call], moves: Moves) -> builtins.list[Any]:
         flow = rounds(ops, self._seam, moves)
-        return await arun(flow, self._send, self._load, asyncio.sleep)
+        return await arun(flow, self._send, self._load, asyncio.sleep, self._relearn)
+
+    async def _relearn(self, step: Relearn) -> None:
+        await arelearn(self.client, step)
 
     async def _load(self, source: str) -> None:
         if self._autopipe is None:
@@ -251,7 +256,8 @@ class AsyncRedisStreamSaver(StreamSaverBase):
         # take a connection of their own to load the script
         only(await self._autopipe.send([("SCRIPT", "LOAD", source)]))
 
-    async def _send(self, commands: Sequence[Command]) -> builtins.list[Any]:
+    async def _send(self, step: Pipeline) -> builtins.list[Any]:
+        commands = step.commands
         if self._autopipe is not None:
             return await self._autopipe.send(commands)
         if len(commands) == 1:
@@ -260,10 +266,7 @@ class AsyncRedisStreamSaver(StreamSaverBase):
                 return [await self.client.execute_command(*commands[0])]
             except (ResponseError, ClusterError) as exc:
                 return [exc]
-        pipe = self.client.pipeline(transaction=False)
-        for command in commands:
-            pipe.execute_command(*command)
-        return await pipe.execute(raise_on_error=False)
+        return await asend_pipeline(self.client, step)
 
     async def _scan_logs(self, op: ScanLogs, moves: Moves) -> builtins.list[Any]:
         # redis-py leaves these untyped; Any keeps mypy from flagging every call
@@ -337,10 +340,7 @@ class AsyncRedisStreamSaver(StreamSaverBase):
             elif isinstance(step, LoadThere):
                 await client.execute_command("SCRIPT", "LOAD", step.source, **to)
             elif isinstance(step, Relearn):
-                if step.moved is None:
-                    await client.nodes_manager.initialize()
-                else:
-                    await client.nodes_manager.move_slot(step.moved)
+                await arelearn(client, step)
             else:
                 await asyncio.sleep(step.seconds)
 

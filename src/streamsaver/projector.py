@@ -90,7 +90,8 @@ class Projector:
     def catch_up(self, slots: list[int] | None = None) -> None:
         """Apply every slot's pending entries (the group only wakes us; the cursor rules)."""
         if slots is None:
-            slots = [s.slot for s in self.saver.projector_lag().slots if s.pending or not s.usable]
+            lag = self.saver.projector_lag(fresh=False)
+            slots = [s.slot for s in lag.slots if s.pending or not s.usable]
         for slot in slots:
             self.apply(slot, [])
 
@@ -159,7 +160,7 @@ class Projector:
                     log.info("forgot %d threads whose log is gone", forgotten)
 
     def log_lag(self) -> None:
-        lag = self.saver.projector_lag()
+        lag = self.saver.projector_lag(fresh=False)
         log.info(
             "lag: %d entries pending over %d slots, oldest %.1f s; applied %d so far",
             lag.pending,

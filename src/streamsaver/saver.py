@@ -52,6 +52,7 @@ from ._moves import DEFAULT_SLOT_MOVE_TIMEOUT_S, Moves, is_moving, scan_plan
 from ._ops import Call, Each, Eval, Flow, Op, Replay, ScanLogs, T, drive, iterate
 from ._projection import Applied
 from ._scripts import SOURCES
+from ._sending import relearn, send_pipeline
 from ._tail import (
     DEFAULT_BLOCK_MS,
     DEFAULT_COUNT,
@@ -65,6 +66,7 @@ from ._transport import (
     Command,
     Durably,
     LoadThere,
+    Pipeline,
     Relearn,
     durable_rounds,
     key_of,
@@ -242,9 +244,13 @@ class RedisStreamSaver(StreamSaverBase):
     def _rounds(self, ops: Sequence[Eval | Call], moves: Moves) -> builtins.list[Any]:
         client: Any = self.client
         flow = rounds(ops, self._seam, moves)
-        return run(flow, self._send, client.script_load, time.sleep)
+        return run(flow, self._send, client.script_load, time.sleep, self._relearn)
 
-    def _send(self, commands: Sequence[Command]) -> builtins.list[Any]:
+    def _relearn(self, step: Relearn) -> None:
+        relearn(self.client, step)
+
+    def _send(self, step: Pipeline) -> builtins.list[Any]:
+        commands = step.commands
         if self._held is not None:
             replies = self._held.send(self.client, commands)
             if replies is not None:
@@ -255,10 +261,7 @@ class RedisStreamSaver(StreamSaverBase):
                 return [self.client.execute_command(*commands[0])]  # type: ignore[no-untyped-call]
             except (ResponseError, ClusterError) as exc:
                 return [exc]
-        pipe = self.client.pipeline(transaction=False)
-        for command in commands:
-            pipe.execute_command(*command)
-        return pipe.execute(raise_on_error=False)
+        return send_pipeline(self.client, step)
 
     def _scan_logs(self, op: ScanLogs, moves: Moves) -> builtins.list[Any]:
         # redis-py leaves these untyped; Any keeps mypy from flagging every call
@@ -322,10 +325,7 @@ class RedisStreamSaver(StreamSaverBase):
             elif isinstance(step, LoadThere):
                 node.script_load(step.source)
             elif isinstance(step, Relearn):
-                if step.moved is None:
-                    client.nodes_manager.initialize()
-                else:
-                    client.nodes_manager.move_slot(step.moved)
+                relearn(client, step)
             else:
                 time.sleep(step.seconds)
 
@@ -486,9 +486,11 @@ class RedisStreamSaver(StreamSaverBase):
         (docs/projector.md)."""
         return self._run(self._projections.threads(page_limit(limit), after))
 
-    def projector_lag(self) -> ProjectorLag:
-        """Feed entries the projector has not applied yet, per slot, and the oldest's age."""
-        return self._run(self._projections.lag())
+    def projector_lag(self, *, fresh: bool = True) -> ProjectorLag:
+        """Feed entries the projector has not applied yet, per slot, and the oldest's age.
+        ``fresh=False`` (the projector's periodic calls) looks for feeds new since this
+        saver's first call in one slice of the slots per call rather than in all of them."""
+        return self._run(self._projections.lag(fresh))
 
     def seed_projections(self, slots: Iterable[int] | None = None) -> int:
         """Rebuild the projector's keys of ``slots`` (default: all) from the logs, as

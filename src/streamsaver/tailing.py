@@ -46,6 +46,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from ._errors import unavailable
 from ._moves import Moves, is_demoted
 from ._ops import Call, Eval
+from ._sending import arelearn, asend_pipeline, relearn, send_pipeline
 from ._tail import (
     SCRIPTS,
     Batch,
@@ -59,8 +60,7 @@ from ._tail import (
     ThreadTail,
     script_source,
 )
-from ._transport import Command as TransportCommand
-from ._transport import Scripts, Step, arun, rounds, run
+from ._transport import Pipeline, Relearn, Scripts, Step, arun, rounds, run
 from .events import Delivery, FeedCursor, ThreadEvent
 
 __all__ = [
@@ -101,13 +101,6 @@ def _flow(op: Batch, scripts: Scripts, move_timeout_s: float) -> Generator[Step,
     a slot that never settled reported as each stopped call's reply, not raised."""
     moves = Moves(move_timeout_s, "a tail's pipelined read")
     return rounds(_ops(op.calls), scripts, moves, translate_errors=False, give_up_as_value=True)
-
-
-def _pipeline(client: Any, commands: Sequence[TransportCommand]) -> Any:
-    pipe = client.pipeline(transaction=False)
-    for command in commands:
-        pipe.execute_command(*command)
-    return pipe
 
 
 def _unblocked(args: Command) -> Command:
@@ -157,12 +150,15 @@ class _SyncIO:
     def batch(self, op: Batch) -> list[Any]:
         flow = _flow(op, self.scripts, self.move_timeout_s)
         try:
-            return run(flow, self._send, self.client.script_load, self.stopped.wait)
+            return run(flow, self._send, self.client.script_load, self.stopped.wait, self._relearn)
         except _NETWORK as exc:
             raise unavailable(exc) from exc
 
-    def _send(self, commands: Sequence[TransportCommand]) -> list[Any]:
-        return _pipeline(self.client, commands).execute(raise_on_error=False)  # type: ignore[no-any-return]
+    def _send(self, step: Pipeline) -> list[Any]:
+        return send_pipeline(self.client, step)
+
+    def _relearn(self, step: Relearn) -> None:
+        relearn(self.client, step)
 
     def _connection(self, key: str | None) -> _Dedicated:
         if self.cluster:
@@ -557,12 +553,15 @@ class _AsyncIO:
     async def batch(self, op: Batch) -> list[Any]:
         flow = _flow(op, self.scripts, self.move_timeout_s)
         try:
-            return await arun(flow, self._send, self.client.script_load, self._nap)
+            return await arun(flow, self._send, self.client.script_load, self._nap, self._relearn)
         except _NETWORK as exc:
             raise unavailable(exc) from exc
 
-    async def _send(self, commands: Sequence[TransportCommand]) -> list[Any]:
-        return await _pipeline(self.client, commands).execute(raise_on_error=False)  # type: ignore[no-any-return]
+    async def _send(self, step: Pipeline) -> list[Any]:
+        return await asend_pipeline(self.client, step)
+
+    async def _relearn(self, step: Relearn) -> None:
+        await arelearn(self.client, step)
 
     async def _nap(self, seconds: float) -> None:
         deadline = time.monotonic() + seconds
