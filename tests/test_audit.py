@@ -325,3 +325,8 @@ def test_history_pages_cover_the_log_newest_page_first(sync_saver: RedisStreamSa
     assert sync_saver.history_page("no-such-thread") == ([], False)
     with pytest.raises(InvalidInputError, match=r"before must be an event id.*got '\$'"):
         sync_saver.history_page("linear-1", before="$")
+    # an id no stream can hold (a part past 2**64 - 1) is bad input too, not a server error
+    for bad in ("18446744073709551616-0", "1-18446744073709551616", "1-", b"1-0"):
+        with pytest.raises(InvalidInputError, match="before must be an event id"):
+            sync_saver.history_page("linear-1", before=bad)  # type: ignore[arg-type]
+    assert sync_saver.history_page("linear-1", before="18446744073709551615-0")[0]

@@ -49,6 +49,7 @@ from ._errors import (
     UnsupportedServerError,
 )
 from ._feed import DEFAULT_FEED_MAXLEN, SLOTS, audit_of_log, feed_of_log, slot_of, threads_key
+from ._stream_ids import is_entry_id
 
 if TYPE_CHECKING:
     from ._projection import Projections
@@ -1089,10 +1090,6 @@ def _delta_dependency(thread_id: str, runs: Sequence[str], found: Sequence[str])
     )
 
 
-_EVENT_ID = re.compile(r"(\d+)-(\d+)")
-_ID_MAX = 2**64
-
-
 def _shared_event(raw: bytes) -> str | None:
     """The event id a shared part (``["shared", "<event id> w<i>", offset, n]``) names, or
     None when it is malformed or names an id no stream can hold."""
@@ -1103,10 +1100,7 @@ def _shared_event(raw: bytes) -> str | None:
     if not (isinstance(ref, str) and isinstance(offset, int) and isinstance(count, int)):
         return None
     eid, _, name = ref.partition(" ")
-    match = _EVENT_ID.fullmatch(eid)
-    if match is None or not re.fullmatch(r"w\d+", name) or offset < 0:
-        return None
-    if any(int(part) >= _ID_MAX for part in match.groups()):
+    if not is_entry_id(eid) or not re.fullmatch(r"w\d+", name) or offset < 0:
         return None
     return eid
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import json
-import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -27,6 +26,7 @@ from ._errors import InvalidInputError
 from ._nodes import SendTargets
 from ._ops import Call, Each, Entry, Flow, Items, Operations, consume, expand_items
 from ._render import jsonable
+from ._stream_ids import is_entry_id
 from ._tail import decode_event, entries
 from ._tail.naming import Namer, name_batch
 from .events import SkippedEvent, ThreadDeletion, ThreadEvent, Undecoded
@@ -177,9 +177,6 @@ def history(
     )
 
 
-_ENTRY_ID = re.compile(r"\d{1,20}-\d{1,20}")
-
-
 def page(
     ops: Operations, thread_id: str, serde: SerializerProtocol, before: str | None, limit: int
 ) -> Flow[tuple[list[ThreadEvent | SkippedEvent], bool]]:
@@ -188,7 +185,7 @@ def page(
     head of a million-event log as of a short one. Forks are marked within the page."""
     if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 10_000:
         raise InvalidInputError(f"limit must be an integer from 1 to 10000, got {limit!r}")
-    if before is not None and not (isinstance(before, str) and _ENTRY_ID.fullmatch(before)):
+    if before is not None and not is_entry_id(before):
         raise InvalidInputError(
             f"before must be an event id like '1717000000000-0' (an event's id), got {before!r}"
         )

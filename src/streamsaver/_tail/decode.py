@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
@@ -10,9 +9,9 @@ from typing import Any
 import ormsgpack
 
 from .._codec import SCHEMA_VERSION, Codec
+from .._stream_ids import is_entry_id
 from ..events import DeletedHistory, Pruned, SkippedEvent, ThreadEvent
 
-_ID = re.compile(r"\d+-\d+")
 _KINDS = ("checkpoint", "writes", "delete", "pruned", "thread_deleted")
 
 
@@ -92,7 +91,7 @@ def _pointer(fields: Mapping[bytes, bytes]) -> tuple[str, str] | None:
         thread_id, event_id = _str(fields, b"t"), _str(fields, b"e")
     except UnicodeDecodeError:
         return None
-    if thread_id is None or event_id is None or not _ID.fullmatch(event_id):
+    if thread_id is None or event_id is None or not is_entry_id(event_id):
         return None
     return thread_id, event_id
 

@@ -11,9 +11,9 @@ from .._codec import Codec
 from .._errors import InvalidInputError
 from .._feed import SLOTS, feed_key, slot_of
 from .._keys import thread_keys
+from .._stream_ids import is_entry_id
 from ..events import FeedCursor, SkippedEvent, ThreadEvent
 from .decode import (
-    _ID,
     Entry,
     _check,
     _id_key,
@@ -221,7 +221,7 @@ class FeedTail(_Feeds):
                     f"this cursor is for prefix {after.prefix!r}, not {self.prefix!r}"
                 )
             for slot, position in after.positions.items():
-                if not 0 <= slot < SLOTS or not _ID.fullmatch(position):
+                if not 0 <= slot < SLOTS or not is_entry_id(position):
                     raise InvalidInputError(f"cursor position {slot}: {position!r} is not valid")
             return "cursor", dict(after.positions)
         if after in ("$", b"$"):

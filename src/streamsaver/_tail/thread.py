@@ -7,8 +7,9 @@ from .._config import thread_id_str
 from .._errors import InvalidInputError
 from .._keys import thread_keys
 from .._nodes import SendTargets
+from .._stream_ids import is_entry_id
 from ..events import SkippedEvent
-from .decode import _ID, _check, _id_key, _in_namespace, decode_event, entries, streams
+from .decode import _check, _id_key, _in_namespace, decode_event, entries, streams
 from .naming import SEEN, name_batch
 from .steps import DEFAULT_BLOCK_MS, DEFAULT_COUNT, Batch, Block, Deliver, Report, Step, TailFlow
 
@@ -27,7 +28,7 @@ def _after(after: object) -> str:
         return "0-0"
     if isinstance(after, bytes):
         after = after.decode()
-    if isinstance(after, str) and _ID.fullmatch(after):
+    if is_entry_id(after):
         return after
     raise InvalidInputError(
         f"after={after!r}: give '$' (only new events), '0' (from the beginning) or a stream id "

@@ -11,11 +11,12 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from .._errors import InvalidInputError
+from .._stream_ids import ENTRY_ID
 from ..aio import AsyncRedisStreamSaver
 from ..events import FeedCursor, ThreadEvent
 from ._views import event_view
 
-_ID = r"\d{1,20}-\d{1,20}"
+_ID = ENTRY_ID
 _THREAD_AFTER = re.compile(rf"^(\$|0|{_ID})$")
 _CURSOR = re.compile(rf"^c(\d{{1,5}}:{_ID}(\.\d{{1,5}}:{_ID})*)?$")
 
