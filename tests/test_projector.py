@@ -277,3 +277,33 @@ def test_a_deleted_thread_leaves_the_projections_until_its_id_is_used_again(
     assert redis_client.hexists(registry, "t1")
     assert sorted(i.thread_id for i in sync_saver.threads()) == ["t0", "t1", "t2"]
     assert sync_saver.thread_ids() == ["t0", "t1", "t2"]
+
+
+def test_a_periodic_lag_finds_a_new_feed_within_one_sweep_and_a_fresh_one_at_once(
+    redis_url: str, prefix: str
+) -> None:
+    """The projector's periodic lag probes one slice of the slots it has not seen a feed in
+    (a probe of all 16384 per call kept it busy on a cluster); a listing probes them all."""
+    from streamsaver._tail.steps import SWEEP_SLICES
+
+    watcher = RedisStreamSaver(redis.Redis.from_url(redis_url), prefix=prefix)
+    writer = RedisStreamSaver(redis.Redis.from_url(redis_url), prefix=prefix)
+    assert watcher.projector_lag(fresh=False).slots == ()  # the first call probes every slot
+    work(writer, "new-thread", 1, "r")
+    slot = slot_of(writer._ops.keys("new-thread").log)
+    found_after = next(
+        (
+            calls
+            for calls in range(1, SWEEP_SLICES + 1)
+            if slot in {s.slot for s in watcher.projector_lag(fresh=False).slots}
+        ),
+        None,
+    )
+    assert found_after is not None, f"slot {slot} not found in {SWEEP_SLICES} periodic calls"
+    late = RedisStreamSaver(redis.Redis.from_url(redis_url), prefix=prefix)
+    # its first call probes every slot, periodic or not
+    assert {s.slot for s in late.projector_lag(fresh=False).slots} == {slot}
+    work(writer, "another", 1, "r")
+    other = slot_of(writer._ops.keys("another").log)
+    assert other in {s.slot for s in late.projector_lag().slots}  # fresh: at once
+    assert other in {s.slot for s in late.projector_lag(fresh=False).slots}  # known from then on
