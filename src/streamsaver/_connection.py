@@ -27,6 +27,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from ._resp import packed
+
 __all__ = ["HeldConnection"]
 
 _ROOMY = 16
@@ -72,7 +74,7 @@ class HeldConnection:
             conn = self._connection()
 
             def attempt() -> list[Any]:
-                conn.send_packed_command(conn.pack_commands(commands))
+                conn.send_packed_command(packed(conn, commands))
                 replies: list[Any] = []
                 for command in commands:
                     try:

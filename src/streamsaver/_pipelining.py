@@ -35,6 +35,8 @@ from typing import Any
 
 from redis.exceptions import ResponseError
 
+from ._resp import packed
+
 __all__ = ["AutoPipeline"]
 
 Command = tuple[Any, ...]
@@ -96,7 +98,7 @@ class AutoPipeline:
                 if not todo:
                     return
                 commands = [command for group, _ in todo for command in group]
-                await conn.send_packed_command(conn.pack_commands(commands))
+                await conn.send_packed_command(packed(conn, commands))
                 for group, future in todo:
                     replies: list[Any] = []
                     for command in group:

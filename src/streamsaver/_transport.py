@@ -157,11 +157,16 @@ def rounds(
     to streamsaver's types with ``translate_errors``). A slot still in motion after the
     ``moves`` deadline raises ``SlotMovingError``, or with ``give_up_as_value`` is the reply
     of each operation it stopped (a reader reports it and reads on)."""
+    first: list[Any] = yield Pipeline([scripts.command(one) for one in ops])
+    if not any(isinstance(reply, Exception) for reply in first):
+        return first  # everything ran: nothing below applies, and a graph's calls end here
+    got: list[Any] | None = first
     replies: list[Any] = [None] * len(ops)
     todo = list(range(len(ops)))
     while todo:
         pending = [ops[i] for i in todo]
-        got = yield Pipeline([scripts.command(one) for one in pending])
+        if got is None:
+            got = yield Pipeline([scripts.command(one) for one in pending])
         if any(scripts.needs_read_only(one, r) for one, r in zip(pending, got, strict=True)):
             scripts.read_only = True
             got = yield Pipeline([scripts.command(one) for one in pending])
@@ -196,7 +201,7 @@ def rounds(
                 for i in moving:
                     replies[i] = exc
                 break
-        todo = moving
+        todo, got = moving, None
     if not translate_errors:
         return replies
     return [translate(r) if isinstance(r, ResponseError) else r for r in replies]

@@ -46,6 +46,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from ._errors import unavailable
 from ._moves import Moves, is_demoted
 from ._ops import Call, Eval
+from ._resp import packed
 from ._sending import arelearn, asend_pipeline, relearn, send_pipeline
 from ._tail import (
     SCRIPTS,
@@ -250,7 +251,7 @@ class _SyncIO:
 
         def exchange(dedicated: _Dedicated) -> list[Any]:
             conn = dedicated.conn
-            conn.send_packed_command(conn.pack_commands(op.calls))
+            conn.send_packed_command(packed(conn, op.calls))
             replies: list[Any] = []
             for _ in op.calls:
                 try:
@@ -671,7 +672,7 @@ class _AsyncIO:
     async def own_batch(self, op: Batch) -> list[Any]:
         async def exchange(dedicated: _Dedicated) -> list[Any]:
             conn = dedicated.conn
-            await conn.send_packed_command(conn.pack_commands(op.calls))
+            await conn.send_packed_command(packed(conn, op.calls))
             replies: list[Any] = []
             for _ in op.calls:
                 try:
