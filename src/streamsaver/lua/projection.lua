@@ -443,10 +443,11 @@ end
 
 local function apply(log, ix, ptr, id, f, cache)
   -- the chain's head (append_event() in common.lua), for every entry, projectable or not
+  -- through the sink: a replay writes it once per slice, not once per entry
   if f.dg then
-    redis.call('HSET', ptr, 'h', f.dg)
+    sink.hset(ptr, 'h', f.dg)
   else
-    redis.call('HDEL', ptr, 'h')
+    sink.hdel(ptr, 'h')
   end
   local checked, why = check(f, log, ptr, cache)
   if checked == nil then

@@ -33,7 +33,8 @@ end
 
 local out = {'more', ARGV[1], fresh, 0, 0}
 local applied, skipped, last, done = 0, 0, nil, false
-sink = buffered(true)
+-- a fresh start's scratch keys are empty: no read needs to fall through to them
+sink = buffered(fresh == 0)
 while true do
   -- small batches: the clock is read between them, so a slice overruns its budget by little
   local want = math.min(10, most - applied - skipped)
