@@ -80,6 +80,7 @@ class Link(asyncio.Protocol):
         self.timeout: float | None = conn.socket_timeout
         self.heard = self.loop.time()
         self.watch: asyncio.TimerHandle | None = None
+        self.giving_back: asyncio.Task[None] | None = None
         writer = conn._writer
         self.transport: Any = writer.transport
         # redis-py's stream protocol: told when the socket closes, so its wait_closed ends
@@ -169,7 +170,8 @@ class Link(asyncio.Protocol):
             self.watch.cancel()
             self.watch = None
         self.stream.connection_lost(exc)
-        self.loop.create_task(self._give_back())
+        # kept: a task only the loop knows of may be collected before it ends
+        self.giving_back = self.loop.create_task(self._give_back())
 
     def pause_writing(self) -> None:
         self.stream.pause_writing()
