@@ -19,6 +19,7 @@ from redis.exceptions import NoScriptError, ResponseError
 from streamsaver import AsyncRedisStreamSaver, RedisStreamSaver
 from streamsaver._durability import Durability, DurabilityError
 from streamsaver._moves import Moves
+from streamsaver._multiplex import Link
 from streamsaver._ops import Call, Eval
 from streamsaver._pipelining import AutoPipeline
 from streamsaver._transport import (
@@ -334,3 +335,140 @@ def test_a_durable_write_on_a_demoted_node_is_sent_again_after_relearning() -> N
     with pytest.raises(StopIteration) as done:
         flow.send([b"1-1", 1])
     assert done.value.value == b"1-1"
+
+
+# --- the kept connection (_multiplex.py) ----------------------------------------------------
+
+
+def _link(pipe: AutoPipeline) -> Any:
+    [lane] = pipe._lanes.values()
+    return lane.link
+
+
+async def test_replies_are_parsed_as_redis_py_parses_them_on_the_kept_connection(
+    client: aredis.Redis, prefix: str
+) -> None:
+    pipe = AutoPipeline(client)
+    await client.xadd(f"{prefix}:s", {"f": "v"}, id="1-1")
+    info, entries, pong, exists = await pipe.send(
+        [("INFO", "server"), ("XRANGE", f"{prefix}:s", "-", "+"), ("PING",), ("EXISTS", "no")]
+    )
+    assert isinstance(_link(pipe), Link)
+    assert info["redis_version"]  # parse_info, as client.info() gives it
+    assert entries == [(b"1-1", {b"f": b"v"})]
+    assert pong is True and exists == 0
+
+
+async def test_a_script_error_amid_a_shared_write_is_its_callers_reply_only(
+    client: aredis.Redis, prefix: str
+) -> None:
+    pipe = AutoPipeline(client)
+    key = f"{prefix}:n"
+
+    async def call(i: int) -> list[Any]:
+        if i == 25:
+            return await pipe.send([("INCR", key), ("EVAL", "return redis.call('nope')", 0)])
+        return await pipe.send([("INCR", key), ("ECHO", i)])
+
+    replies = await asyncio.gather(*(call(i) for i in range(50)))
+    assert isinstance(_link(pipe), Link)
+    assert sorted(r[0] for r in replies) == list(range(1, 51))
+    error = replies[25][1]
+    assert isinstance(error, ResponseError) and "Unknown Redis command" in str(error)
+    assert [r[1] for i, r in enumerate(replies) if i != 25] == [
+        str(i).encode() for i in range(50) if i != 25
+    ]
+    assert await pipe.send([("ECHO", "after")]) == [b"after"]
+
+
+async def test_cancelled_callers_on_the_kept_connection_shift_no_reply(
+    client: aredis.Redis, prefix: str
+) -> None:
+    pipe = AutoPipeline(client)
+    await pipe.send([("PING",)])
+    calls = [asyncio.ensure_future(pipe.send([("ECHO", i)])) for i in range(40)]
+    blocked = asyncio.ensure_future(pipe.send([("BLPOP", f"{prefix}:none", "0.2")]))
+    later = [asyncio.ensure_future(pipe.send([("ECHO", f"l{i}")])) for i in range(5)]
+    for i in range(0, 40, 3):
+        calls[i].cancel()  # before their write went out: they are never sent
+    await asyncio.sleep(0.05)  # the rest written; BLPOP holds the connection
+    blocked.cancel()
+    later[0].cancel()
+    for i, call in enumerate(calls):
+        if i % 3:
+            assert await call == [str(i).encode()]
+        else:
+            with pytest.raises(asyncio.CancelledError):
+                await call
+    assert [await c for c in later[1:]] == [[f"l{i}".encode()] for i in range(1, 5)]
+    assert await pipe.send([("ECHO", "next")]) == [b"next"]
+
+
+async def test_no_reply_within_the_socket_timeout_fails_the_call_then_a_new_connection(
+    redis_url: str, prefix: str
+) -> None:
+    client = aredis.Redis.from_url(redis_url, socket_timeout=0.2)
+    try:
+        pipe = AutoPipeline(client)
+        [first] = await pipe.send([("CLIENT", "ID")])
+        other = asyncio.ensure_future(pipe.send([("ECHO", "queued behind")]))
+        with pytest.raises(redis.TimeoutError):
+            await pipe.send([("BLPOP", f"{prefix}:none", "1")])
+        with pytest.raises(redis.TimeoutError):
+            await other  # written behind the BLPOP: no reply within the timeout either
+        [again] = await pipe.send([("CLIENT", "ID")])
+        assert again != first
+    finally:
+        await client.aclose()
+
+
+async def test_closing_the_client_closes_the_kept_connection(redis_url: str) -> None:
+    client = aredis.Redis.from_url(redis_url)
+    pipe = AutoPipeline(client)
+    [own] = await pipe.send([("CLIENT", "ID")])
+    link = _link(pipe)
+    await asyncio.wait_for(client.aclose(), 2)
+    await asyncio.sleep(0.05)
+    assert not link.usable
+    with redis.Redis.from_url(redis_url) as admin:
+        assert own not in [c["id"] for c in admin.client_list()]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"max_connections": 4},
+        {"connection_pool": "blocking"},
+        {"protocol": 3},
+        {"single_connection_client": True},
+    ],
+)
+async def test_clients_that_cannot_lend_a_connection_keep_the_pump(
+    redis_url: str, prefix: str, options: dict[str, Any]
+) -> None:
+    if options.get("connection_pool") == "blocking":
+        client = aredis.Redis(connection_pool=aredis.BlockingConnectionPool.from_url(redis_url))
+    else:
+        client = aredis.Redis.from_url(redis_url, **options)
+    try:
+        pipe = AutoPipeline(client)
+        key = f"{prefix}:c"
+        replies = await asyncio.gather(
+            *(pipe.send([("INCR", key), ("ECHO", i)]) for i in range(20))
+        )
+        assert _link(pipe) is False
+        assert sorted(r[0] for r in replies) == list(range(1, 21))
+        assert [r[1] for r in replies] == [str(i).encode() for i in range(20)]
+    finally:
+        await client.aclose()
+        await client.connection_pool.disconnect()  # a pool passed in is not the client's to close
+
+
+async def test_savers_on_one_async_client_share_one_kept_connection(
+    client: aredis.Redis, prefix: str
+) -> None:
+    savers = [AsyncRedisStreamSaver(client, prefix=prefix) for _ in range(30)]
+    for saver in savers:
+        assert await saver.aget_tuple({"configurable": {"thread_id": "t"}}) is None
+    assert len({id(saver._autopipe) for saver in savers}) == 1
+    assert _connections(client) == 1

@@ -35,19 +35,27 @@ from typing import Any
 
 from redis.exceptions import ResponseError
 
+from ._multiplex import Group, Link
 from ._resp import packed
 
 __all__ = ["AutoPipeline"]
 
 Command = tuple[Any, ...]
 
+_BY_CLIENT: weakref.WeakKeyDictionary[Any, AutoPipeline] = weakref.WeakKeyDictionary()
+
 
 @dataclass(slots=True)
 class _Lane:
-    """One event loop's queue and pump: futures belong to the loop that made them."""
+    """One event loop's queue, and its link or pump: futures belong to the loop that made
+    them."""
 
-    queued: list[tuple[Sequence[Command], asyncio.Future[list[Any]]]] = field(default_factory=list)
+    queued: list[Group] = field(default_factory=list)
     pump: asyncio.Task[None] | None = None
+    # the kept connection (_multiplex.py); False once the client turned out not to allow one
+    link: Link | bool | None = None
+    flushing: bool = False
+    linking: asyncio.Task[None] | None = None
 
 
 class AutoPipeline:
@@ -59,14 +67,82 @@ class AutoPipeline:
             weakref.WeakKeyDictionary()
         )
 
+    @classmethod
+    def of(cls, client: Any) -> AutoPipeline:
+        """The one of ``client``, whatever number of savers share it (a saver per request...):
+        each keeping a connection of its own would drain the pool."""
+        pipe = _BY_CLIENT.get(client)
+        if pipe is None:
+            pipe = _BY_CLIENT[client] = cls(client)
+        return pipe
+
     async def send(self, commands: Sequence[Command]) -> list[Any]:
         """The replies of ``commands``, in order, a server error as a value in its place."""
         loop = asyncio.get_running_loop()
         lane = self._lanes.get(loop)
         if lane is None:
             lane = self._lanes[loop] = _Lane()
+        link = lane.link
+        if link is False:
+            return await self._pumped(lane, loop, commands)
+        if link is None:  # the first calls: the link is being made
+            return await self._linked(lane, loop, commands)
+        # the connection's retry policy, as redis-py's own execute_command uses it: a lost
+        # link fails what it had not answered, and each caller sends again on a new one
+        retry = link.conn.retry  # type: ignore[union-attr]
+        return await retry.call_with_retry(  # type: ignore[no-any-return]
+            lambda: self._linked(lane, loop, commands), _again
+        )
+
+    async def _linked(
+        self, lane: _Lane, loop: asyncio.AbstractEventLoop, commands: Sequence[Command]
+    ) -> list[Any]:
+        group = Group(commands, loop.create_future())
+        lane.queued.append(group)
+        if not lane.flushing:
+            # the write goes out on the loop's next turn: every call issued before then
+            # shares it
+            lane.flushing = True
+            loop.call_soon(self._flush, lane)
+        return await group.future
+
+    def _flush(self, lane: _Lane) -> None:
+        lane.flushing = False
+        link = lane.link
+        if isinstance(link, Link) and link.usable:
+            # a caller cancelled before its group went out costs nothing
+            groups = [group for group in lane.queued if not group.future.done()]
+            lane.queued = []
+            if groups:
+                link.write(groups)
+        elif lane.linking is None:
+            lane.linking = asyncio.get_running_loop().create_task(self._link(lane))
+
+    async def _link(self, lane: _Lane) -> None:
+        try:
+            link = await Link.of(self.client)
+        except BaseException as exc:
+            groups, lane.queued = lane.queued, []
+            for group in groups:
+                _fail(group.future, exc)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        finally:
+            lane.linking = None
+        if link is None:
+            lane.link = False  # this client keeps the pump (_multiplex.py says why)
+            if lane.queued and lane.pump is None:
+                lane.pump = asyncio.get_running_loop().create_task(self._pump(lane))
+            return
+        lane.link = link
+        self._flush(lane)
+
+    async def _pumped(
+        self, lane: _Lane, loop: asyncio.AbstractEventLoop, commands: Sequence[Command]
+    ) -> list[Any]:
         future: asyncio.Future[list[Any]] = loop.create_future()
-        lane.queued.append((commands, future))
+        lane.queued.append(Group(commands, future))
         if lane.pump is None:
             # the pump starts on the loop's next turn: every call issued before then shares
             # its first write
@@ -77,10 +153,10 @@ class AutoPipeline:
         try:
             while lane.queued:
                 groups, lane.queued = lane.queued, []
-                await self._exchange(groups)
+                await self._exchange([(group.commands, group.future) for group in groups])
         except BaseException as exc:
-            for _, future in lane.queued:
-                _fail(future, exc)
+            for group in lane.queued:
+                _fail(group.future, exc)
             lane.queued = []
             raise
         finally:
@@ -123,6 +199,10 @@ class AutoPipeline:
                 raise
         finally:
             await pool.release(conn)
+
+
+async def _again(_: BaseException) -> None:
+    """Nothing to undo before sending again: the lost link is replaced at the next write."""
 
 
 def _fail(future: asyncio.Future[Any], exc: BaseException) -> None:

@@ -138,7 +138,7 @@ class AsyncRedisStreamSaver(StreamSaverBase):
         self._ops.read_config = config_readable(client)
         # concurrent calls share one connection's writes (_pipelining.py); a cluster client
         # routes each command to its slot's node itself
-        self._autopipe = None if isinstance(client, AsyncRedisCluster) else AutoPipeline(client)
+        self._autopipe = None if isinstance(client, AsyncRedisCluster) else AutoPipeline.of(client)
         self._projections.cluster = isinstance(client, AsyncRedisCluster)
         self.server_version: tuple[int, ...] | None = None
         try:
