@@ -121,7 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--idle", type=float, default=3.0, help="seconds measured idle")
     parser.add_argument("--url", help="a Redis to use (default: a throwaway redis-server)")
     parser.add_argument("--check", action="store_true")
-    parser.add_argument("--slice-ms", type=float, help="a rebuild slice's budget (saver.slice_ms)")
+    parser.add_argument("--slice-ms", type=float, help="a slice's budget (saver.slice_ms)")
+    parser.add_argument("--slice-pause", type=float, help="the slices' pace (saver.slice_pause)")
     args = parser.parse_args(argv)
     print(f"streamsaver from {streamsaver.__file__}", file=sys.stderr)
     with _server(args.url) as url, redis.Redis.from_url(url, socket_timeout=900) as client:
@@ -140,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
 
         if args.slice_ms is not None:
             tenant._ops.slice_ms = args.slice_ms  # type: ignore[attr-defined, unused-ignore]
+        if args.slice_pause is not None:
+            tenant._ops.slice_pause = args.slice_pause  # type: ignore[attr-defined, unused-ignore]
         stop = mp.Event()
         mine, theirs = mp.Pipe()
         proc = mp.Process(target=reader, args=(url, "stall-other", stop, theirs))

@@ -189,3 +189,26 @@ def test_verify_rebuild_and_audit_verify_print_json(
     checked = _cli("audit", "verify", "--file", str(export), "--json")
     assert checked.returncode == 0, checked.stderr
     assert [json.loads(line)["ok"] for line in checked.stdout.splitlines()] == [True, True]
+
+
+@pytest.mark.parametrize(("option", "value"), [("--slice-ms", "0"), ("--slice-pause", "-1")])
+def test_a_bad_slice_option_is_one_line_and_exit_2(
+    sync_saver: RedisStreamSaver, redis_url: str, option: str, value: str
+) -> None:
+    _fill(sync_saver, ["t"])
+    out = _cli("rebuild", "--url", redis_url, "--prefix", sync_saver.prefix, "--all", option, value)
+    assert out.returncode == 2
+    name = option[2:].replace("-", "_")
+    assert f"{name}={float(value)!r}: give a number" in _one_line(out)
+
+
+def test_rebuild_and_verify_take_the_slice_options(
+    sync_saver: RedisStreamSaver, redis_url: str
+) -> None:
+    _fill(sync_saver, ["t"])
+    for command in ("rebuild", "verify"):
+        out = _cli(
+            command, "--url", redis_url, "--prefix", sync_saver.prefix, "--thread", "t",
+            "--slice-ms", "0.5", "--slice-pause", "0",
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr

@@ -4,14 +4,17 @@ is rewritten under it; deleting a long thread reads only what it must."""
 
 from __future__ import annotations
 
+import copy
+import time
 from typing import Any
 
 import pytest
 import redis
 
 from streamsaver import RedisStreamSaver
+from streamsaver._errors import InvalidInputError
 from streamsaver._keys import compact_keys, rebuild_keys, scratch_keys, thread_keys, verify_keys
-from streamsaver._ops import TOMBSTONE_MS, Each, Eval, Replay
+from streamsaver._ops import TOMBSTONE_MS, Each, Eval, Pause, Replay
 from tests.test_deletion import history, put, visible
 from tests.test_saver import generate_config
 
@@ -196,16 +199,21 @@ def test_a_copy_imports_in_pages_bounded_in_events_and_bytes(
 
     def watching(op: Any) -> Any:
         if isinstance(op, Eval) and op.script == "import":
-            args, n, i = op.args[3:], 0, 0
+            args, n, i = op.args[4:], 0, 0
             while i < len(args):
                 i, n = i + int(args[i]) + 1, n + 1
             sizes.append((n, sum(len(a) for a in args if isinstance(a, bytes))))
+            appended.append(original(op))
+            return appended[-1]
         return original(op)
 
+    appended: list[int] = []
     sync_saver._execute = watching  # type: ignore[method-assign]
     sync_saver.copy_thread("t", "t2")
     source, target = (thread_keys(sync_saver.prefix, t).log for t in ("t", "t2"))
-    assert sum(n for n, _ in sizes) == redis_client.xlen(source) == redis_client.xlen(target)
+    # a call appends what fits its slice_ms, at least one event; the rest is sent again
+    assert sum(appended) == redis_client.xlen(source) == redis_client.xlen(target)
+    assert all(1 <= a <= n for a, (n, _) in zip(appended, sizes, strict=True))
     # a page holds one event more than the bound only when that event alone exceeds it
     assert len(sizes) >= 5
     assert all(n <= 50 and (size <= 256 * 1024 or n == 1) for n, size in sizes)
@@ -492,6 +500,8 @@ def test_writes_between_verify_slices_are_no_problem(
 ) -> None:
     configs = history(sync_saver, 30)
     sync_saver._ops.slice_events = 2
+    # every step a slice (paced, a pause follows each)
+    sync_saver._ops.slice_pause = 0
     flow = sync_saver._ops.verify("t")
     reply = sync_saver._execute(next(flow))
     late, step = configs[-1], 30
@@ -541,3 +551,84 @@ def test_a_thread_compacted_in_slices_keeps_expiring_with_its_log(
         assert max(ttls) - min(ttls) < 1000
         assert redis_client.xlen(keys.log) < 5
         assert not any(redis_client.exists(k) for k in compact_keys(keys))
+
+
+# --------------------------------------------------------------------------- #
+# the slices' budget and pace
+# --------------------------------------------------------------------------- #
+
+
+def test_a_copy_import_stops_at_its_budget_and_sends_the_rest_again(
+    sync_saver: RedisStreamSaver, redis_client: redis.Redis
+) -> None:
+    history(sync_saver, 20)
+    expected = [t.checkpoint for t in sync_saver.list(generate_config("t"))]
+    # a budget no event fits in: each call appends its first event only
+    sync_saver._ops.slice_ms = 0.000001
+    sync_saver._ops.slice_pause = 0
+    calls = counting(sync_saver, "import")
+    sync_saver.copy_thread("t", "t2")
+    copied = redis_client.xlen(thread_keys(sync_saver.prefix, "t2").log)
+    assert len(calls) == copied == redis_client.xlen(thread_keys(sync_saver.prefix, "t").log)
+    assert [t.checkpoint for t in sync_saver.list(generate_config("t2"))] == expected
+
+
+def test_each_slice_is_followed_by_a_pause_as_long_as_it_took_times_slice_pause(
+    sync_saver: RedisStreamSaver,
+) -> None:
+    history(sync_saver, 30)
+    sync_saver._ops.slice_events = 3
+    sync_saver._ops.slice_pause = 2.5
+    steps: list[Any] = []
+    original = sync_saver._execute
+
+    def watching(op: Any) -> Any:
+        started = time.perf_counter()
+        reply = original(op)
+        steps.append((op, time.perf_counter() - started))
+        return reply
+
+    sync_saver._execute = watching  # type: ignore[method-assign]
+    for run in (lambda: sync_saver.rebuild("t"), lambda: sync_saver.verify("t")):
+        steps.clear()
+        run()
+        names = ("replay_slice", "verify_slice")
+        slices = [
+            i
+            for i, (op, _) in enumerate(steps)
+            if isinstance(op, Each) and getattr(op.ops[0], "script", None) in names
+        ]
+        assert len(slices) > 5
+        for i in slices:
+            pause, took = steps[i + 1][0], steps[i][1]
+            assert isinstance(pause, Pause)
+            # what the flow measured includes this wrapper's time, a little more than took
+            assert took * 2.5 <= pause.seconds < took * 2.5 + 0.1
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("slice_ms", 0),
+        ("slice_ms", -1),
+        ("slice_ms", float("nan")),
+        ("slice_ms", "2"),
+        ("slice_pause", -0.5),
+        ("slice_pause", float("inf")),
+        ("slice_pause", True),
+    ],
+)
+def test_bad_slice_options_are_refused_naming_the_value_and_the_remedy(
+    redis_client: redis.Redis, option: str, value: Any
+) -> None:
+    with pytest.raises(InvalidInputError) as caught:
+        RedisStreamSaver(redis_client, prefix="bad-slices", **{option: value})
+    assert str(caught.value).startswith(f"{option}={value!r}: give a number")
+
+
+def test_slice_options_reach_the_operations(redis_client: redis.Redis) -> None:
+    saver = RedisStreamSaver(redis_client, prefix="slices", slice_ms=0.5, slice_pause=0)
+    assert (saver._ops.slice_ms, saver._ops.slice_pause) == (0.5, 0.0)
+    # a copy (with_allowlist's) builds its operations anew: it keeps them
+    clone = copy.copy(saver)
+    assert (clone._ops.slice_ms, clone._ops.slice_pause) == (0.5, 0.0)

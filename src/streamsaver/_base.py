@@ -20,7 +20,7 @@ from ._durability import Durability, DurabilityMode
 from ._errors import InvalidInputError
 from ._keys import validate_prefix
 from ._moves import DEFAULT_SLOT_MOVE_TIMEOUT_S, check_timeout
-from ._ops import Operations
+from ._ops import DEFAULT_SLICE_MS, DEFAULT_SLICE_PAUSE, Operations
 from ._projection import Projections
 from ._scripts import SOURCES
 from ._transport import Scripts
@@ -75,6 +75,27 @@ def _check_ttl(ttl_seconds: object) -> float | None:
     return float(ttl_seconds)
 
 
+def _number(value: object) -> float | None:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+def _check_slices(slice_ms: object, slice_pause: object) -> tuple[float, float]:
+    budget, pause = _number(slice_ms), _number(slice_pause)
+    if budget is None or budget <= 0:
+        raise InvalidInputError(
+            f"slice_ms={slice_ms!r}: give a number of ms > 0, the server time each slice of a "
+            f"long operation (rebuild, verify, prune, copy, delete_for_runs) may take"
+        )
+    if pause is None or pause < 0:
+        raise InvalidInputError(
+            f"slice_pause={slice_pause!r}: give a number >= 0, how many times as long as a "
+            f"slice took a long operation waits after it (0: no pause)"
+        )
+    return budget, pause
+
+
 def _check_serde(serde: object) -> None:
     typed = all(callable(getattr(serde, m, None)) for m in ("dumps_typed", "loads_typed"))
     untyped = all(callable(getattr(serde, m, None)) for m in ("dumps", "loads"))
@@ -103,6 +124,8 @@ class StreamSaverBase(BaseCheckpointSaver[str]):
         allow_eviction: bool = False,
         reuse_items: bool = False,
         slot_move_timeout_s: float = DEFAULT_SLOT_MOVE_TIMEOUT_S,
+        slice_ms: float = DEFAULT_SLICE_MS,
+        slice_pause: float = DEFAULT_SLICE_PAUSE,
     ) -> None:
         if serde is not None:
             _check_serde(serde)
@@ -146,6 +169,8 @@ class StreamSaverBase(BaseCheckpointSaver[str]):
                 f"before, docs/audit.md) or False"
             )
         self.chain = chain
+        # long operations' slices (Operations.slice_ms, slice_pause)
+        self.slice_ms, self.slice_pause = _check_slices(slice_ms, slice_pause)
         self._projections = Projections(self.prefix)
         self._ops = self._operations()
         # how scripts reach the server, and whether the user may only read (_transport.py)
@@ -159,6 +184,7 @@ class StreamSaverBase(BaseCheckpointSaver[str]):
         ops.ttl_ms = math.ceil(self.ttl_seconds * 1000) if self.ttl_seconds else 0
         ops.keep_last = self.keep_last or 0
         ops.chain = self.chain
+        ops.slice_ms, ops.slice_pause = self.slice_ms, self.slice_pause
         ops.allow_eviction = self.allow_eviction
         ops.projections = self._projections
         return ops

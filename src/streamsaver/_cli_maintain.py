@@ -13,6 +13,7 @@ import typer
 from ._base import DEFAULT_PREFIX
 from ._cli_common import Json, Prefix, Url, add, need_url, require_threads
 from ._errors import InvalidInputError
+from ._ops import DEFAULT_SLICE_MS, DEFAULT_SLICE_PAUSE
 
 if TYPE_CHECKING:
     from .saver import RedisStreamSaver
@@ -23,6 +24,19 @@ Threads = Annotated[
     list[str] | None, typer.Option("--thread", metavar="ID", help="a thread id (repeatable)")
 ]
 Every = Annotated[bool, typer.Option("--all", help="every thread under the prefix")]
+SliceMs = Annotated[
+    float,
+    typer.Option(
+        help="ms of server time each slice may take: another tenant's call waits at most that"
+    ),
+]
+SlicePause = Annotated[
+    float,
+    typer.Option(
+        help="after each slice, wait this many times as long as it took (0: none); the "
+        "operation then holds the server at most 1/(1+pause) of the time"
+    ),
+]
 
 
 def register(app: typer.Typer) -> None:
@@ -102,6 +116,8 @@ def rebuild(
     thread: Threads = None,
     every: Every = False,
     as_json: Json = False,
+    slice_ms: SliceMs = DEFAULT_SLICE_MS,
+    slice_pause: SlicePause = DEFAULT_SLICE_PAUSE,
 ) -> int:
     """Rebuild thread indexes by replaying their event logs.
 
@@ -118,7 +134,9 @@ def rebuild(
     from .maintenance import progress_bar, rebuild_threads
     from .saver import RedisStreamSaver
 
-    with RedisStreamSaver.from_conn_string(need_url(url), prefix=prefix) as saver:
+    with RedisStreamSaver.from_conn_string(
+        need_url(url), prefix=prefix, slice_ms=slice_ms, slice_pause=slice_pause
+    ) as saver:
         if every and not thread:
             # the thread indexes are derived too: only a SCAN finds logs they lost
             try:
@@ -156,6 +174,8 @@ def verify(
     thread: Threads = None,
     every: Every = False,
     as_json: Json = False,
+    slice_ms: SliceMs = DEFAULT_SLICE_MS,
+    slice_pause: SlicePause = DEFAULT_SLICE_PAUSE,
 ) -> int:
     """Check every reference events make, and the indexes against a replay.
 
@@ -168,7 +188,9 @@ def verify(
     from .maintenance import progress_bar, verify_threads
     from .saver import RedisStreamSaver
 
-    with RedisStreamSaver.from_conn_string(need_url(url), prefix=prefix) as saver:
+    with RedisStreamSaver.from_conn_string(
+        need_url(url), prefix=prefix, slice_ms=slice_ms, slice_pause=slice_pause
+    ) as saver:
         targets = _targets(saver, thread, every)
         with progress_bar("verify") as progress:
             report = verify_threads(saver, targets, progress)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import builtins
 import re
 import secrets
+import time
 import warnings
 from collections.abc import (
     AsyncIterator,
@@ -72,6 +73,7 @@ __all__ = [
     "Eval",
     "Items",
     "Operations",
+    "Pause",
     "Replay",
     "ScanLogs",
     "adrive",
@@ -95,6 +97,10 @@ _IMPORT_BYTES = 256 * 1024
 _LOG_PAGE = 500
 # slices of a rebuild that found its log rewritten under it before it gives up slicing
 _REBUILD_RESTARTS = 3
+# a long operation's slices by default (Operations.slice_ms, slice_pause; README, "Other
+# tenants while one runs long operations", has the measurements behind them)
+DEFAULT_SLICE_MS = 2.0
+DEFAULT_SLICE_PAUSE = 1.0
 # how long the keys of a deleted thread, never used again, keep refusing writes that continue
 # its deleted history (lua/delete_thread.lua); a thread that uses the id again keeps that for good
 TOMBSTONE_MS = 7 * 24 * 3600 * 1000
@@ -143,19 +149,28 @@ class Each:
 
 
 @dataclass(frozen=True, slots=True)
+class Pause:
+    """Wait ``seconds`` before the next operation, sending nothing (``Operations.slice_pause``:
+    the pace of a long operation's slices)."""
+
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
 class Emit(Generic[E]):
     item: E
 
 
 Op = Eval | Call | ScanLogs | Each
-Flow = Generator[Op, Any, T]
-Items = Generator[Op | Emit[E], Any, None]
+Step = Op | Pause
+Flow = Generator[Step, Any, T]
+Items = Generator[Step | Emit[E], Any, None]
 ListFlow = Items[CheckpointTuple]
 Entry = tuple[str, list[tuple[bytes, bytes]]]
 """A log entry: its id and its fields in stored order."""
 
 
-def drive(flow: Flow[T], execute: Callable[[Op], Any]) -> T:
+def drive(flow: Flow[T], execute: Callable[[Step], Any]) -> T:
     reply: Any = None
     try:
         while True:
@@ -164,7 +179,7 @@ def drive(flow: Flow[T], execute: Callable[[Op], Any]) -> T:
         return done.value  # type: ignore[no-any-return]
 
 
-async def adrive(flow: Flow[T], execute: Callable[[Op], Awaitable[Any]]) -> T:
+async def adrive(flow: Flow[T], execute: Callable[[Step], Awaitable[Any]]) -> T:
     reply: Any = None
     try:
         while True:
@@ -173,7 +188,7 @@ async def adrive(flow: Flow[T], execute: Callable[[Op], Awaitable[Any]]) -> T:
         return done.value  # type: ignore[no-any-return]
 
 
-def iterate(flow: Items[E], execute: Callable[[Op], Any]) -> Iterator[E]:
+def iterate(flow: Items[E], execute: Callable[[Step], Any]) -> Iterator[E]:
     reply: Any = None
     while True:
         try:
@@ -187,7 +202,7 @@ def iterate(flow: Items[E], execute: Callable[[Op], Any]) -> Iterator[E]:
             reply = execute(step)
 
 
-async def aiterate(flow: Items[E], execute: Callable[[Op], Awaitable[Any]]) -> AsyncIterator[E]:
+async def aiterate(flow: Items[E], execute: Callable[[Step], Awaitable[Any]]) -> AsyncIterator[E]:
     reply: Any = None
     while True:
         try:
@@ -331,7 +346,11 @@ class Operations:
     # a long operation's slice (lua/replay_slice.lua): at most this many events, and it stops
     # once this many ms of server time have gone, so other tenants wait no longer than that
     slice_events: int = 20000
-    slice_ms: float = 2
+    slice_ms: float = DEFAULT_SLICE_MS
+    # after each slice the operation waits this many times as long as the slice took: it then
+    # holds the server (and, on a small machine, a core) at most 1 / (1 + slice_pause) of the
+    # time, so few of another tenant's calls meet a slice at all
+    slice_pause: float = DEFAULT_SLICE_PAUSE
     # accept a server whose maxmemory-policy may evict the saver's keys (see setup)
     allow_eviction: bool = False
     # ask CONFIG GET for RDB save points (the shells say no for a named ACL user: _base.py)
@@ -665,7 +684,9 @@ class Operations:
         id when it began, or None when the thread has none of the runs' checkpoints."""
         cursor, upto = "", None
         while True:
-            reply = yield self._delete_runs(keys, "check", thread_id, cursor, runs)
+            reply = yield from self._slice(
+                self._delete_runs(keys, "check", thread_id, cursor, runs)
+            )
             if not reply:
                 return None
             if reply[0] == b"delta":
@@ -692,8 +713,8 @@ class Operations:
             entries = yield Call(("XRANGE", src.log, start, "+", "COUNT", _COPY_BATCH))
             if not entries:
                 return copied
-            args: list[Field | int] = []
-            size = count = 0
+            page: list[list[Field | int]] = []
+            size = 0
             for entry_id, fields in entries:
                 fields = yield from self._unshared(source, _text(entry_id), fields, writes)
                 if fields.get(b"k") == b"writes":
@@ -706,22 +727,33 @@ class Operations:
                     b"copy_of": _copy_of(source, entry_id),
                 }
                 weight = sum(len(k) + len(v) for k, v in event.items())
-                if count and (count >= _IMPORT_EVENTS or size + weight > _IMPORT_BYTES):
-                    # each import is one script: bounded in events and bytes, it holds the
-                    # server a few ms, whatever the log holds (issue 13)
-                    copied += yield self._import(dst, args)
-                    args, size, count = [], 0, 0
-                args.append(2 * len(event))
-                for name, value in event.items():
-                    args += (name, value)
-                size, count = size + weight, count + 1
-            copied += yield self._import(dst, args)
+                if page and (len(page) >= _IMPORT_EVENTS or size + weight > _IMPORT_BYTES):
+                    # each import is one script: bounded in events and bytes, and it stops
+                    # after slice_ms, whatever the log holds (issue 13)
+                    copied += yield from self._import(dst, page)
+                    page, size = [], 0
+                page.append([2 * len(event), *(x for pair in event.items() for x in pair)])
+                size += weight
+            copied += yield from self._import(dst, page)
             last = entries[-1][0]
             start = "(" + _text(last)
 
-    def _import(self, dst: ThreadKeys, events: builtins.list[Field | int]) -> Eval:
-        args = [*self._appending_args(), self.ttl_ms, *events]
-        return Eval("import", self.appending(dst), args, write=True)
+    def _import(
+        self, dst: ThreadKeys, page: builtins.list[builtins.list[Field | int]]
+    ) -> Flow[int]:
+        """Append ``page``'s events to ``dst`` in slices: each call takes what fits its budget."""
+        done = 0
+        while done < len(page):
+            args: builtins.list[Field | int] = [
+                *self._appending_args(),
+                self.ttl_ms,
+                f"{self.slice_ms:g}",
+            ]
+            for event in page[done:]:
+                args += event
+            op = Eval("import", self.appending(dst), args, write=True)
+            done += int((yield from self._slice(op)))
+        return done
 
     def _unshared(
         self,
@@ -795,11 +827,11 @@ class Operations:
             if start:
                 # pipelined, so a refusal is a value: the first slice, one unit of work, is the
                 # first to write, and never the last (lua/compact_slice.lua)
-                (reply,) = yield Each((op,))
+                (reply,) = yield from self._slice(Each((op,)))
             else:
                 # alone, so a durability mode waits after it: the swap is acknowledged as any
                 # write is, and so is delete_for_runs' record before it
-                reply = yield op
+                reply = yield from self._slice(op)
             if _out_of_memory(reply):
                 # the copies take memory before the old log is freed: on a full server, one
                 # script, which frees first (lua/compact.lua)
@@ -817,6 +849,16 @@ class Operations:
         yield Call(("UNLINK", *scratch), write=True)
         whole = (*self._appending_args(), keep)
         return int((yield Eval("prune", self.appending(keys), whole, write=True)))
+
+    def _slice(self, op: Eval | Each) -> Flow[Any]:
+        """One slice of a long operation; then, paced, a pause ``slice_pause`` times as long as
+        it took (its round trip included: on a small machine the operation's own client
+        competes for the cores with the server and the other tenants' processes)."""
+        started = time.perf_counter()
+        reply = yield op
+        if self.slice_pause:
+            yield Pause((time.perf_counter() - started) * self.slice_pause)
+        return reply
 
     def rebuild(self, thread_id: str) -> Flow[Replay]:
         (replay,) = yield from self.rebuild_many([thread_id])
@@ -836,14 +878,16 @@ class Operations:
         restarts = [0] * len(keys)
         while len(done) < len(keys):
             pending = [i for i in range(len(keys)) if i not in done]
-            replies = yield Each(
-                tuple(
-                    Eval(
-                        "replay_slice",
-                        (*keys[i], *rebuild_keys(keys[i])),
-                        (cursors[i], self.slice_events, f"{self.slice_ms:g}"),
+            replies = yield from self._slice(
+                Each(
+                    tuple(
+                        Eval(
+                            "replay_slice",
+                            (*keys[i], *rebuild_keys(keys[i])),
+                            (cursors[i], self.slice_events, f"{self.slice_ms:g}"),
+                        )
+                        for i in pending
                     )
-                    for i in pending
                 )
             )
             slow: list[int] = []
@@ -927,7 +971,8 @@ class Operations:
         diffs: set[str] = set()
         while restarts <= _REBUILD_RESTARTS:
             args = (mode, token, "start" if start else "", self.slice_events, f"{self.slice_ms:g}")
-            (reply,) = yield Each((Eval("verify_slice", (*keys, *verify_keys(keys)), args),))
+            op = Eval("verify_slice", (*keys, *verify_keys(keys)), args)
+            (reply,) = yield from self._slice(Each((op,)))
             if isinstance(reply, Exception):
                 return reply
             state, fresh, a, k, *lines = reply

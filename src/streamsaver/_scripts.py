@@ -32,7 +32,7 @@ _ENTRIES: dict[str, tuple[str, ...]] = {
     "replay_slice": (*_WRITE, "slice.lua", "replay_slice.lua"),
     "verify": (*_WRITE, "refs.lua", "verify.lua"),
     "verify_slice": (*_WRITE, "refs.lua", "slice.lua", "verify_slice.lua"),
-    "import": (*_WRITE, "import.lua"),
+    "import": (*_WRITE, "slice.lua", "import.lua"),
     "prune": (*_COMPACT, "prune.lua"),
     "compact_slice": (*_COMPACT, "slice.lua", "compact_slice.lua"),
     # the Store's (store.lua holds its one projection)

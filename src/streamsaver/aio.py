@@ -51,7 +51,21 @@ from ._errors import (
 )
 from ._history import delta_channel_history
 from ._moves import DEFAULT_SLOT_MOVE_TIMEOUT_S, Moves, is_moving, scan_plan
-from ._ops import Call, Each, Eval, Flow, Op, Replay, ScanLogs, T, adrive, aiterate
+from ._ops import (
+    DEFAULT_SLICE_MS,
+    DEFAULT_SLICE_PAUSE,
+    Call,
+    Each,
+    Eval,
+    Flow,
+    Pause,
+    Replay,
+    ScanLogs,
+    Step,
+    T,
+    adrive,
+    aiterate,
+)
 from ._pipelining import AutoPipeline
 from ._sending import arelearn, asend_pipeline
 from ._tail import (
@@ -111,6 +125,8 @@ class AsyncRedisStreamSaver(StreamSaverBase):
         allow_eviction: bool = False,
         reuse_items: bool = False,
         slot_move_timeout_s: float = DEFAULT_SLOT_MOVE_TIMEOUT_S,
+        slice_ms: float = DEFAULT_SLICE_MS,
+        slice_pause: float = DEFAULT_SLICE_PAUSE,
     ) -> None:
         if not isinstance(client, (aredis.Redis, AsyncRedisCluster)):
             raise InvalidInputError(
@@ -133,6 +149,8 @@ class AsyncRedisStreamSaver(StreamSaverBase):
             allow_eviction=allow_eviction,
             reuse_items=reuse_items,
             slot_move_timeout_s=slot_move_timeout_s,
+            slice_ms=slice_ms,
+            slice_pause=slice_pause,
         )
         self.client = client
         self._ops.read_config = config_readable(client)
@@ -165,6 +183,8 @@ class AsyncRedisStreamSaver(StreamSaverBase):
         chain: bool = True,
         allow_eviction: bool = False,
         reuse_items: bool = False,
+        slice_ms: float = DEFAULT_SLICE_MS,
+        slice_pause: float = DEFAULT_SLICE_PAUSE,
         cluster: bool | None = None,
         connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT_S,
         socket_timeout: float | None = None,
@@ -205,6 +225,8 @@ class AsyncRedisStreamSaver(StreamSaverBase):
                 chain=chain,
                 allow_eviction=allow_eviction,
                 reuse_items=reuse_items,
+                slice_ms=slice_ms,
+                slice_pause=slice_pause,
             )
             # the server is checked here, so a server that cannot keep threads is refused
             # before the caller uses the saver
@@ -221,7 +243,9 @@ class AsyncRedisStreamSaver(StreamSaverBase):
         self.loop = asyncio.get_running_loop()
         self.server_version = await adrive(self._ops.setup(), self._execute)
 
-    async def _execute(self, op: Op) -> Any:
+    async def _execute(self, op: Step) -> Any:
+        if isinstance(op, Pause):
+            return await asyncio.sleep(op.seconds)
         moves = Moves(self.slot_move_timeout_s, what(op))
         while True:
             try:

@@ -49,7 +49,21 @@ from ._errors import InvalidInputError, connect_error, unavailable
 from ._history import delta_channel_history
 from ._migrate import Migrated, migrate_keys, reindex_threads
 from ._moves import DEFAULT_SLOT_MOVE_TIMEOUT_S, Moves, is_moving, scan_plan
-from ._ops import Call, Each, Eval, Flow, Op, Replay, ScanLogs, T, drive, iterate
+from ._ops import (
+    DEFAULT_SLICE_MS,
+    DEFAULT_SLICE_PAUSE,
+    Call,
+    Each,
+    Eval,
+    Flow,
+    Pause,
+    Replay,
+    ScanLogs,
+    Step,
+    T,
+    drive,
+    iterate,
+)
 from ._projection import Applied
 from ._scripts import SOURCES
 from ._sending import relearn, send_pipeline
@@ -112,6 +126,8 @@ class RedisStreamSaver(StreamSaverBase):
         allow_eviction: bool = False,
         reuse_items: bool = False,
         slot_move_timeout_s: float = DEFAULT_SLOT_MOVE_TIMEOUT_S,
+        slice_ms: float = DEFAULT_SLICE_MS,
+        slice_pause: float = DEFAULT_SLICE_PAUSE,
     ) -> None:
         if not isinstance(client, (redis.Redis, RedisCluster)):
             raise InvalidInputError(
@@ -134,6 +150,8 @@ class RedisStreamSaver(StreamSaverBase):
             allow_eviction=allow_eviction,
             reuse_items=reuse_items,
             slot_move_timeout_s=slot_move_timeout_s,
+            slice_ms=slice_ms,
+            slice_pause=slice_pause,
         )
         self.client = client
         self._ops.read_config = config_readable(client)
@@ -163,6 +181,8 @@ class RedisStreamSaver(StreamSaverBase):
         chain: bool = True,
         allow_eviction: bool = False,
         reuse_items: bool = False,
+        slice_ms: float = DEFAULT_SLICE_MS,
+        slice_pause: float = DEFAULT_SLICE_PAUSE,
         cluster: bool | None = None,
         connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT_S,
         socket_timeout: float | None = None,
@@ -207,6 +227,8 @@ class RedisStreamSaver(StreamSaverBase):
                 chain=chain,
                 allow_eviction=allow_eviction,
                 reuse_items=reuse_items,
+                slice_ms=slice_ms,
+                slice_pause=slice_pause,
             )
             # the server is checked here, so a server that cannot keep threads is refused
             # before the caller uses the saver
@@ -222,7 +244,9 @@ class RedisStreamSaver(StreamSaverBase):
         when needed."""
         self.server_version = drive(self._ops.setup(), self._execute)
 
-    def _execute(self, op: Op) -> Any:
+    def _execute(self, op: Step) -> Any:
+        if isinstance(op, Pause):
+            return time.sleep(op.seconds)
         moves = Moves(self.slot_move_timeout_s, what(op))
         while True:
             try:

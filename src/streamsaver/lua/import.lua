@@ -1,16 +1,18 @@
 -- Append a batch of events (copied from another thread) and project each.
 -- KEYS: log ix ptr feed of the target   ARGV[1]: the feed's MAXLEN   ARGV[2]: 'chain' or ''
 -- ARGV[3]: the target's time to live in ms, restarted by this write (0: none)
--- ARGV[4..]: per event, its field count, then its fields (without the source's ch and dg: the
+-- ARGV[4]: ms after which it stops, having appended at least one event (slice.lua): a page's
+-- events may cost more than the budget, and the caller sends the rest again
+-- ARGV[5..]: per event, its field count, then its fields (without the source's ch and dg: the
 -- copies are chained anew in the target)
--- Returns the number of events appended. A checkpoint whose append part extends a version the
+-- Returns the number of events appended, the first ones of the page. A checkpoint whose append part extends a version the
 -- target does not hold (the source's log is damaged: its own rebuild skips the event) is an
 -- error naming the source's event, raised before that event is appended: a copy is refused,
 -- as a write would be, rather than carried over unprojected.
 -- a copy into a deleted thread's id is a thread of its own (projection.lua's reuse_deleted())
 local deleted = redis.call('HEXISTS', KEYS[3], 'd') == 1
-local i, n = 4, 0
-while i <= #ARGV do
+local i, n, budget = 5, 0, tonumber(ARGV[4])
+while i <= #ARGV and (n == 0 or elapsed_ms() < budget) do
   local count = tonumber(ARGV[i])
   local ev = {}
   for j = 1, count do

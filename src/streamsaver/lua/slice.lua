@@ -1,5 +1,5 @@
 -- What the long operations run in slices share (replay_slice.lua, verify_slice.lua,
--- compact_slice.lua): a clock for the slice's budget, the log's first entry (a log rewritten
+-- compact_slice.lua; import.lua uses the clock): a clock for the slice's budget, the log's first entry (a log rewritten
 -- between slices starts with another one), and the state kept for the next slice.
 
 local slice_t0 = redis.call('TIME')
