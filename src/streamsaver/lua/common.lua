@@ -24,7 +24,7 @@
 -- lp() is a length prefix: it makes every composite member prefix-free, so no thread,
 -- namespace, channel or task name can collide with another whatever bytes it holds.
 
-local SCHEMA = 1
+local SCHEMA = 2
 
 local function lp(s)
   return #s .. ':' .. s
@@ -246,6 +246,10 @@ end
 -- is derived and trimmed (approximate MAXLEN); no script reads it, so replay never needs it.
 -- maxlen 0 announces nothing, but the thread still joins its slot's index: listing threads
 -- reads the indexes, never SCAN (a permission that would show every tenant's key names).
+-- An entry carries what readers act on before fetching the event (the thread and event to
+-- fetch, the kind and namespace to filter on), no more: every field is stored per entry, for
+-- up to feed_maxlen entries a slot. Its checkpoint id (field 'c', ~37 bytes an entry, read by
+-- nothing) is no longer written; entries written before may still carry it.
 local function notify(feed, maxlen, id, f)
   maxlen = tonumber(maxlen) or 0
   if feed == nil then
@@ -258,7 +262,7 @@ local function notify(feed, maxlen, id, f)
     return
   end
   redis.call('XADD', feed, 'MAXLEN', '~', maxlen, '*', 't', f.thread or '', 'e', id,
-             'k', f.k or '', 'ns', f.ns or '', 'c', f.id or '')
+             'k', f.k or '', 'ns', f.ns or '')
 end
 
 -- Retention by time: every key of a thread gets one absolute expiry time, so they expire
