@@ -1,6 +1,7 @@
-"""A checkpoint's pending writes are indexed one ptr field each (lua/common.lua's
-pending_writes()), so a put_writes reads and writes only what its own writes need: a fan-out of
-n tasks costs O(n), where one list of them all, re-read and re-packed per call, cost O(n^2)."""
+"""A checkpoint's pending writes are indexed as one list while they are few, then one ptr field
+each (lua/common.lua's pending_writes()), so a put_writes reads and writes only what its own
+writes need: a fan-out of n tasks costs O(n), where one list of them all, re-read and re-packed
+per call, cost O(n^2); a step's single write costs one ptr field, not three."""
 
 from __future__ import annotations
 
@@ -47,7 +48,55 @@ def test_no_index_field_grows_with_the_writes_a_checkpoint_holds(
     assert again is not None and again.pending_writes == before
 
 
-def test_the_earlier_single_list_is_read_and_moved_by_the_next_write(
+def _writes_index(redis_client: redis.Redis, saver: RedisStreamSaver, stored: Any) -> Any:
+    """The checkpoint's 'w' field in ptr, and the names of its per-write fields."""
+    ptr = thread_keys(saver.prefix, "t").ptr
+    fields = redis_client.hgetall(ptr)
+    count = fields[f"w{lp('')}{stored['configurable']['checkpoint_id']}".encode()]
+    return count, sorted(name for name in fields if name[:1] in (b"u", b"v"))
+
+
+def test_a_few_writes_stay_one_list_and_move_to_a_field_each_past_eight(
+    sync_saver: RedisStreamSaver, redis_client: redis.Redis
+) -> None:
+    stored = _start(sync_saver, "t")
+    sync_saver.put_writes(stored, [("a", 1), ("__error__", "first")], "one")
+    sync_saver.put_writes(stored, [("b", 2)], "two")
+    # a retry: the ordinary write keeps its first value, the special one takes the latest
+    sync_saver.put_writes(stored, [("a", 9), ("__error__", "second")], "one")
+    # three writes cost one ptr field (a step's usual one write would take three)
+    count, per_write = _writes_index(redis_client, sync_saver, stored)
+    assert per_write == []
+    assert ormsgpack.unpackb(count)[::4] == ["one", "one", "two"]
+    few = sync_saver.get_tuple(stored)
+    assert few is not None
+    assert sorted(few.pending_writes) == sorted(
+        [("one", "a", 1), ("one", "__error__", "second"), ("two", "b", 2)]
+    )
+    assert sync_saver.verify("t")[1:] == (0, [])
+    more = [f"task-{i}" for i in range(6)]
+    for task in more:
+        sync_saver.put_writes(stored, [("c", task)], task)
+    count, per_write = _writes_index(redis_client, sync_saver, stored)
+    assert count == b"9" and len(per_write) == 18
+    sync_saver.put_writes(stored, [("a", 10), ("__error__", "third")], "one")
+    got = sync_saver.get_tuple(stored)
+    assert got is not None
+    assert sorted(got.pending_writes) == sorted(
+        [
+            ("one", "a", 1),
+            ("one", "__error__", "third"),
+            ("two", "b", 2),
+            *[(task, "c", task) for task in more],
+        ]
+    )
+    assert sync_saver.verify("t")[1:] == (0, [])
+    sync_saver.rebuild("t")
+    again = sync_saver.get_tuple(stored)
+    assert again is not None and again.pending_writes == got.pending_writes
+
+
+def test_few_writes_indexed_a_field_each_are_read_and_extended(
     sync_saver: RedisStreamSaver, redis_client: redis.Redis
 ) -> None:
     stored = _start(sync_saver, "t")
@@ -55,19 +104,18 @@ def test_the_earlier_single_list_is_read_and_moved_by_the_next_write(
     sync_saver.put_writes(stored, [("b", 2)], "two")
     expected = sync_saver.get_tuple(stored)
     assert expected is not None
-    # the pending writes as a server of the earlier layout indexed them: one msgpack list
+    # the pending writes as the earlier layout indexed even a few: one ptr field each
     ptr = thread_keys(sync_saver.prefix, "t").ptr
     checkpoint_id = stored["configurable"]["checkpoint_id"]
     p = lp("")
-    fields = redis_client.hgetall(ptr)
-    records = [fields[f"v{p}{lp(checkpoint_id)}{i}".encode()].decode() for i in (1, 2, 3)]
-    flat: list[Any] = []
-    for record in records:
-        eid, pos, idx, task = record.split(" ", 3)
-        flat += [task, int(idx), eid, int(pos)]
-    per_write = [name for name in fields if name[:1] in (b"u", b"v")]
-    redis_client.hdel(ptr, *per_write)
-    redis_client.hset(ptr, f"w{p}{checkpoint_id}", ormsgpack.packb(flat))
+    count, _ = _writes_index(redis_client, sync_saver, stored)
+    flat = ormsgpack.unpackb(count)
+    fields: dict[str, Any] = {f"w{p}{checkpoint_id}": len(flat) // 4}
+    for i in range(0, len(flat), 4):
+        task, idx, eid, pos = flat[i : i + 4]
+        fields[f"v{p}{lp(checkpoint_id)}{i // 4 + 1}"] = f"{eid} {pos} {idx} {task}"
+        fields[f"u{p}{lp(checkpoint_id)}{lp(task)}{idx}"] = i // 4 + 1
+    redis_client.hset(ptr, mapping=fields)
 
     got = sync_saver.get_tuple(stored)
     assert got is not None and got.pending_writes == expected.pending_writes
@@ -78,8 +126,11 @@ def test_the_earlier_single_list_is_read_and_moved_by_the_next_write(
     assert sorted(got.pending_writes) == sorted(
         [("one", "a", 1), ("one", "__error__", "second"), ("two", "b", 2), ("three", "c", 3)]
     )
-    # moved: the index is again the one a replay gives
+    # a rebuild gives the same writes, indexed as a replay does
+    sync_saver.rebuild("t")
     assert sync_saver.verify("t")[1:] == (0, [])
+    again = sync_saver.get_tuple(stored)
+    assert again is not None and again.pending_writes == got.pending_writes
 
 
 def test_task_ids_with_any_bytes_keep_their_writes_apart(sync_saver: RedisStreamSaver) -> None:

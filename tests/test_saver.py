@@ -421,7 +421,7 @@ def test_events_are_documented_msgpack_fields(
     sync_saver.put_writes(stored, [("a", 3)], "task-1", "path")
     (_, cp), (_, w) = redis_client.xrange(thread_keys(sync_saver.prefix, "t").log)
     assert {k.decode() for k in cp} >= {"k", "sv", "thread", "ns", "id", "parent", "run", "meta"}
-    assert cp[b"k"] == b"checkpoint" and cp[b"sv"] == b"1" and cp[b"run"] == b"run-1"
+    assert cp[b"k"] == b"checkpoint" and cp[b"sv"] == b"2" and cp[b"run"] == b"run-1"
     assert ormsgpack.unpackb(cp[b"meta"])["run_id"] == "run-1"
     assert ormsgpack.unpackb(cp[b"nv"])[0] == "a"
     assert w[b"k"] == b"writes" and w[b"task"] == b"task-1" and w[b"path"] == b"path"

@@ -40,7 +40,10 @@ __all__ = [
     "version_key",
 ]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# what a checkpoint event's `cp` leaves out: the values and versions have fields of their own
+# (nv, b<i>, cv), and so has the id; schema 1 stored the id in `cp` too
+_NOT_IN_RECORD = frozenset({"channel_values", "channel_versions", "id"})
 Field = str | bytes
 _EMPTY = ormsgpack.packb(("empty", b""))
 _SHARED = b"\x94\xa6shared"  # ormsgpack.packb(("shared", ref, offset, n))[:8]
@@ -334,9 +337,8 @@ class Codec:
         the node of each pending Send packet (_nodes.send_targets)."""
         _check_metadata(metadata, "metadata")
         values = checkpoint["channel_values"]
-        record = {
-            k: v for k, v in checkpoint.items() if k not in ("channel_values", "channel_versions")
-        }
+        # the event's `id` field holds the id: not stored twice (schema 2)
+        record = {k: v for k, v in checkpoint.items() if k not in _NOT_IN_RECORD}
         cv: list[str] = []
         for channel, version in checkpoint["channel_versions"].items():
             cv += (channel, version_key(version))
@@ -507,6 +509,9 @@ class Codec:
         checkpoint_id = header["id"].decode()
         parent_id = header["parent"].decode()
         record = self.load(header["cp"])
+        if "id" not in record:  # schema 2 keeps it in the event's `id` field only
+            first = {"v": record["v"]} if "v" in record else {}
+            record = {**first, "id": checkpoint_id, **record}
         cv = ormsgpack.unpackb(header["cv"])
         record["channel_versions"] = {ch: parse_version(v) for ch, v in _pairs(cv)}
         values: dict[str, Any] = {}

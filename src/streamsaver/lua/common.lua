@@ -12,7 +12,8 @@
 --                  "b" .. lp(ns) .. lp(channel) .. version   -> "<event id> <field>[ <base>]":
 --                      the event field holding the value, or, with a base version, holding the
 --                      items appended to the value of (channel, base) (see _delta.py)
---                  "w" .. lp(ns) .. checkpoint_id            -> how many pending writes it has,
+--                  "w" .. lp(ns) .. checkpoint_id            -> its pending writes while they
+--                      are few (a msgpack list), else how many it has,
 --                  "v" .. lp(ns) .. lp(checkpoint_id) .. i   -> the i-th, and
 --                  "u" .. lp(ns) .. lp(checkpoint_id) .. lp(task) .. idx -> its i (pending_writes())
 --                  "h" -> the dg of the log's last entry, if it has one (see append_event())
@@ -23,7 +24,7 @@
 -- lp() is a length prefix: it makes every composite member prefix-free, so no thread,
 -- namespace, channel or task name can collide with another whatever bytes it holds.
 
-local SCHEMA = 1
+local SCHEMA = 2
 
 local function lp(s)
   return #s .. ':' .. s
@@ -148,11 +149,11 @@ local function hget(key, name)
 end
 
 -- The pending writes of checkpoint `cid` of namespace lp `p`, in the order they first arrived:
--- flat {task, idx, event id, pos, ...}. One ptr field each (common.lua's header; projection.lua's
--- apply_writes() stores them), so a put_writes costs what its own writes do, not what the
--- checkpoint holds already: one msgpack list of them all, re-read and re-packed by every
--- put_writes, made a fan-out of n tasks cost O(n^2). A count that is not a number is that
--- earlier list, read as it is until the next write to the checkpoint moves it. `get`/`mget`:
+-- flat {task, idx, event id, pos, ...}. A few are that list, msgpack, in the 'w' field; more
+-- are one ptr field each (common.lua's header; projection.lua's apply_writes() stores them),
+-- so a put_writes costs what its own writes do, not what the checkpoint holds already: one
+-- list of them all, re-read and re-packed by every put_writes, made a fan-out of n tasks cost
+-- O(n^2). A 'w' that is not a number is the list. `get`/`mget`:
 -- how ptr is read (projection.lua's sink during a replay), Redis itself by default.
 local function pending_writes(ptr, p, cid, get, mget)
   local raw = (get or hget)(ptr, 'w' .. p .. cid)
@@ -245,6 +246,10 @@ end
 -- is derived and trimmed (approximate MAXLEN); no script reads it, so replay never needs it.
 -- maxlen 0 announces nothing, but the thread still joins its slot's index: listing threads
 -- reads the indexes, never SCAN (a permission that would show every tenant's key names).
+-- An entry carries what readers act on before fetching the event (the thread and event to
+-- fetch, the kind and namespace to filter on), no more: every field is stored per entry, for
+-- up to feed_maxlen entries a slot. Its checkpoint id (field 'c', ~37 bytes an entry, read by
+-- nothing) is no longer written; entries written before may still carry it.
 local function notify(feed, maxlen, id, f)
   maxlen = tonumber(maxlen) or 0
   if feed == nil then
@@ -257,7 +262,7 @@ local function notify(feed, maxlen, id, f)
     return
   end
   redis.call('XADD', feed, 'MAXLEN', '~', maxlen, '*', 't', f.thread or '', 'e', id,
-             'k', f.k or '', 'ns', f.ns or '', 'c', f.id or '')
+             'k', f.k or '', 'ns', f.ns or '')
 end
 
 -- Retention by time: every key of a thread gets one absolute expiry time, so they expire

@@ -259,8 +259,41 @@ local function check_writes(f)
   return wi
 end
 
--- A checkpoint's pending writes, one ptr field each (common.lua's pending_writes()): a
--- put_writes reads and writes the fields of its own writes only.
+-- Up to this many pending writes of a checkpoint stay one msgpack list in its 'w' field
+-- (common.lua's pending_writes() reads both layouts): a field each costs a hash entry, ~125
+-- bytes, and a typical step's one write would take three (w, v, u). Re-packing a list this
+-- short costs less than the fields would; past it, fan-outs stay O(their own writes).
+local SMALL_WRITES = 8
+
+-- The list {task, idx, event id, pos, ...} with a writes event's writes added, as the fields
+-- below would hold them, or nil when it would grow past SMALL_WRITES.
+local function added_writes(l, id, f, wi)
+  for i = 1, #wi, 2 do
+    local idx, j = wi[i + 1], nil
+    for k = 1, #l, 4 do
+      if l[k] == f.task and l[k + 1] == idx then
+        j = k
+      end
+    end
+    if j == nil then
+      if #l >= 4 * SMALL_WRITES then
+        return nil
+      end
+      j = #l + 1
+      l[j], l[j + 1] = f.task, idx
+    elseif idx >= 0 then
+      j = nil  -- ordinary writes keep the first copy; special ones the latest (below)
+    end
+    if j then
+      l[j + 2], l[j + 3] = id, (i - 1) / 2
+    end
+  end
+  return l
+end
+
+-- A checkpoint's pending writes: one list while they are few, then one ptr field each
+-- (common.lua's pending_writes()), so a put_writes reads and writes the fields of its own
+-- writes only.
 local function apply_writes(log, ix, ptr, id, f, wi)
   local p = lp(f.ns)
   local count = 'w' .. p .. f.id
@@ -271,8 +304,16 @@ local function apply_writes(log, ix, ptr, id, f, wi)
   end
   local got = sink.hmget(ptr, names)
   local n, sets = tonumber(got[1]), {}
+  if n == nil or n == 0 then
+    local l = added_writes(n == nil and got[1] and cmsgpack.unpack(got[1]) or {}, id, f, wi)
+    if l then
+      sink.hset_many(ptr, {count, cmsgpack.pack(l)})
+      sink.hdel(ptr, 'd')
+      return
+    end
+  end
   if got[1] and not n then
-    -- the earlier layout, one msgpack list: moved to one field each, then read again
+    -- past SMALL_WRITES: the list moves to one field each, then is read again
     local l = cmsgpack.unpack(got[1])
     for i = 1, #l, 4 do
       local j = (i + 3) / 4
