@@ -14,6 +14,8 @@ from langgraph.checkpoint.base import empty_checkpoint
 from streamsaver import RedisStreamSaver
 from streamsaver._keys import lp, thread_keys
 
+from .test_slices import one_verify
+
 
 def _start(saver: RedisStreamSaver, thread_id: str) -> Any:
     config = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
@@ -116,6 +118,10 @@ def test_few_writes_indexed_a_field_each_are_read_and_extended(
         fields[f"v{p}{lp(checkpoint_id)}{i // 4 + 1}"] = f"{eid} {pos} {idx} {task}"
         fields[f"u{p}{lp(checkpoint_id)}{lp(task)}{idx}"] = i // 4 + 1
     redis_client.hset(ptr, mapping=fields)
+    # an index the earlier layout wrote is not damage: verify (sliced, and as one script)
+    # compares what the writes are, not how they are held
+    assert sync_saver.verify("t")[1:] == (0, [])
+    assert one_verify(sync_saver, "t")[1:] == (0, [])
 
     got = sync_saver.get_tuple(stored)
     assert got is not None and got.pending_writes == expected.pending_writes
@@ -131,6 +137,27 @@ def test_few_writes_indexed_a_field_each_are_read_and_extended(
     assert sync_saver.verify("t")[1:] == (0, [])
     again = sync_saver.get_tuple(stored)
     assert again is not None and again.pending_writes == got.pending_writes
+
+
+def test_verify_still_finds_pending_writes_that_differ_in_either_layout(
+    sync_saver: RedisStreamSaver, redis_client: redis.Redis
+) -> None:
+    stored = _start(sync_saver, "t")
+    sync_saver.put_writes(stored, [("a", 1)], "one")
+    ptr = thread_keys(sync_saver.prefix, "t").ptr
+    field = f"w{lp('')}{stored['configurable']['checkpoint_id']}"
+    # the list form, one write's task renamed: not what the log says
+    flat = ormsgpack.unpackb(redis_client.hget(ptr, field))
+    redis_client.hset(ptr, field, ormsgpack.packb(["other", *flat[1:]]))
+    assert sync_saver.verify("t")[2] == [f"ptr differs {field}"]
+    assert one_verify(sync_saver, "t")[2] == [f"ptr differs {field}"]
+    # the field-each form naming a write that is not there
+    redis_client.hset(ptr, field, 1)
+    assert sync_saver.verify("t")[2] == [f"ptr differs {field}"]
+    assert one_verify(sync_saver, "t")[2] == [f"ptr differs {field}"]
+    # and gone altogether
+    redis_client.hdel(ptr, field)
+    assert sync_saver.verify("t")[2] == [f"ptr missing {field}"]
 
 
 def test_task_ids_with_any_bytes_keep_their_writes_apart(sync_saver: RedisStreamSaver) -> None:

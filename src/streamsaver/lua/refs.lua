@@ -99,3 +99,39 @@ local function ref_checker(log, ptr, report, seen, want)
     end
   end
 end
+
+-- How verify compares one ptr field of the live indexes (`live`) with the replay's
+-- (`rebuilt`), given its value in `live` (v) and in `rebuilt` (theirs, nil when absent):
+-- nil when they agree, else the problem's word ('differs', or 'extra' with no `theirs`).
+-- A checkpoint's pending writes may be held as one list or one field each (pending_writes()
+-- reads both; which one depends on the version that wrote them and on how many there are),
+-- so they are compared by what they hold, through their "w" field; the "v"/"u" fields
+-- behind it are read there, not compared one by one.
+local function ptr_problem(live, rebuilt, k, v, theirs)
+  local kind = string.sub(k, 1, 1)
+  if kind == 'v' or kind == 'u' then
+    return nil
+  end
+  if theirs == nil then
+    return 'extra'
+  end
+  if theirs == v then
+    return nil
+  end
+  if kind ~= 'w' then
+    return 'differs'
+  end
+  local ns, cid = split_lp(string.sub(k, 2))
+  local p = lp(ns)
+  local ok_a, a = pcall(pending_writes, live, p, cid)
+  local ok_b, b = pcall(pending_writes, rebuilt, p, cid)
+  if not (ok_a and ok_b) or #a ~= #b then
+    return 'differs'
+  end
+  for i = 1, #a do
+    if a[i] ~= b[i] then
+      return 'differs'
+    end
+  end
+  return nil
+end

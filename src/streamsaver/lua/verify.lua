@@ -68,8 +68,20 @@ end
 if ARGV[1] ~= 'refs' then
   compare('ix', as_set(redis.call('ZRANGE', KEYS[2], 0, -1), 1),
           as_set(redis.call('ZRANGE', KEYS[4], 0, -1), 1))
-  compare('ptr', as_set(redis.call('HGETALL', KEYS[3]), 2),
-          as_set(redis.call('HGETALL', KEYS[5]), 2))
+  local live, rebuilt = as_set(redis.call('HGETALL', KEYS[3]), 2),
+      as_set(redis.call('HGETALL', KEYS[5]), 2)
+  for k in pairs(rebuilt) do
+    local kind = string.sub(k, 1, 1)
+    if live[k] == nil and kind ~= 'v' and kind ~= 'u' then
+      out[#out + 1] = 'ptr missing ' .. k
+    end
+  end
+  for k, v in pairs(live) do
+    local problem = ptr_problem(KEYS[3], KEYS[5], k, v, rebuilt[k])
+    if problem then
+      out[#out + 1] = 'ptr ' .. problem .. ' ' .. k
+    end
+  end
 end
 redis.call('DEL', KEYS[4], KEYS[5])
 return out

@@ -137,11 +137,14 @@ local function step()
     local r = redis.call('HSCAN', this, s.pc == '' and '0' or s.pc, 'COUNT', 100)
     for i = 1, #r[2], 2 do
       local k, v = r[2][i], r[2][i + 1]
-      local theirs = redis.call('HGET', other, k)
-      if not theirs then
+      local theirs = redis.call('HGET', other, k) or nil
+      if this == ptr then
+        local problem = ptr_problem(ptr, sp, k, v, theirs)
+        if problem then
+          out[#out + 1] = 'ptr ' .. problem .. ' ' .. k
+        end
+      elseif not theirs and string.find('vu', string.sub(k, 1, 1), 1, true) == nil then
         out[#out + 1] = kind .. k
-      elseif this == ptr and theirs ~= v then
-        out[#out + 1] = 'ptr differs ' .. k
       end
     end
     more = r[1] ~= '0' and r[1]
