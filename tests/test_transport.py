@@ -66,6 +66,19 @@ async def test_concurrent_calls_share_one_connection_and_get_their_own_replies(
     assert _connections(client) == 1  # one write, one pooled connection
 
 
+async def test_an_empty_batch_is_answered_at_once_beside_others(
+    client: aredis.Redis, prefix: str
+) -> None:
+    """A call with no commands (an Each over no slots) got no reply to complete it and waited
+    out the socket timeout, failing as ServerTimeoutError (the console's search for 'busy')."""
+    pipe = AutoPipeline(client)
+    await pipe.send([("PING",)])  # the kept connection is made
+    empty, full = await asyncio.wait_for(
+        asyncio.gather(pipe.send([]), pipe.send([("ECHO", "x")])), timeout=2
+    )
+    assert empty == [] and full == [b"x"]
+
+
 async def test_a_server_error_is_the_reply_of_its_own_command_only(
     client: aredis.Redis, prefix: str
 ) -> None:

@@ -78,6 +78,10 @@ class AutoPipeline:
 
     async def send(self, commands: Sequence[Command]) -> list[Any]:
         """The replies of ``commands``, in order, a server error as a value in its place."""
+        if not commands:
+            # nothing to write, so no reply would ever complete the group (an Each over no
+            # slots, say): it waited out the socket timeout
+            return []
         loop = asyncio.get_running_loop()
         lane = self._lanes.get(loop)
         if lane is None:
