@@ -31,7 +31,7 @@ from ._feed import SLOTS, feed_key, slot_key
 from ._keys import thread_keys
 from ._ops import Call, Each, Eval, Flow, threads_by_slot
 from ._tail import entries, streams
-from ._tail.steps import SWEEP_SLICES
+from ._tail.steps import sweep_slice
 from .events import ProjectorLag, SlotLag, ThreadInfo
 
 __all__ = ["Applied", "Projections", "SlotKeys", "slot_keys"]
@@ -138,9 +138,7 @@ class Projections:
         if fresh or not self._probed:
             candidates: Iterable[int] = range(SLOTS)
         else:
-            start = self._sweep
-            self._sweep = (start + SLOTS // SWEEP_SLICES) % SLOTS
-            candidates = range(start, start + SLOTS // SWEEP_SLICES)
+            candidates, self._sweep = sweep_slice(self._sweep)
         unknown = [s for s in candidates if s not in self._known]
         names = [feed_key(self.prefix, s) for s in unknown]
         if not names:

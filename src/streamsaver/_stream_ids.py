@@ -9,8 +9,9 @@ from typing import TypeGuard
 
 __all__ = ["ENTRY_ID", "is_entry_id"]
 
-ENTRY_ID = r"\d{1,20}-\d{1,20}"  # for patterns that embed it; is_entry_id also bounds the parts
-_ENTRY_ID = re.compile(r"(\d{1,20})-(\d{1,20})")
+_PART = r"\d{1,20}"
+ENTRY_ID = f"{_PART}-{_PART}"  # for patterns that embed it; is_entry_id also bounds the parts
+_ENTRY_ID = re.compile(f"({_PART})-({_PART})")
 _MAX = 2**64
 
 

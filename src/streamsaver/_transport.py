@@ -26,7 +26,7 @@ from redis.exceptions import AskError, MovedError, NoPermissionError, NoScriptEr
 from ._durability import Durability
 from ._errors import SlotMovingError, translate
 from ._moves import Moves, is_demoted, is_moving
-from ._ops import Call, Each, Eval, Op
+from ._ops import Call, Each, Eval, Op, Pause
 from ._scripts import READ_ONLY
 
 __all__ = [
@@ -128,11 +128,6 @@ class LoadScripts:
     """Load each of these script sources (a fresh, restarted or failed-over server)."""
 
     sources: Sequence[str]
-
-
-@dataclass(frozen=True, slots=True)
-class Pause:
-    seconds: float
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,6 +39,7 @@ from .steps import (
     Report,
     Step,
     TailFlow,
+    sweep_slice,
 )
 from .thread import _namespace, _positive, _Reader
 
@@ -93,9 +94,8 @@ class _Feeds(_Reader):
         if full:
             candidates = range(SLOTS)
         else:
-            start, period = self._sweep, period / SWEEP_SLICES
-            self._sweep = (start + SLOTS // SWEEP_SLICES) % SLOTS
-            candidates = range(start, start + SLOTS // SWEEP_SLICES)
+            period /= SWEEP_SLICES
+            candidates, self._sweep = sweep_slice(self._sweep)
         self.next_discovery = self.clock() + period
         slots = [s for s in candidates if s not in self._known]
         if not slots:

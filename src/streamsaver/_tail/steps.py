@@ -9,6 +9,7 @@ from importlib.resources import files
 from typing import Any
 
 from .._codec import Field
+from .._feed import SLOTS
 from ..events import Delivery, SkippedEvent, ThreadEvent
 
 DEFAULT_BLOCK_MS = 1000
@@ -16,6 +17,13 @@ DEFAULT_COUNT = 100
 DEFAULT_DISCOVER_MS = 1000
 DEFAULT_POLL_MS = 50
 SWEEP_SLICES = 16  # periodic probes for new feeds each name 1/16 of the slots
+
+
+def sweep_slice(start: int) -> tuple[range, int]:
+    """The slots a periodic probe names from ``start``, and where the next one starts."""
+    size = SLOTS // SWEEP_SLICES
+    return range(start, start + size), (start + size) % SLOTS
+
 
 # What a tailing client sends (acl.py's roles include them): read-only tails need the first
 # line, consumer groups the rest. No CLIENT command: stop() closes the tail's own connection.

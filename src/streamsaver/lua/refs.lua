@@ -100,16 +100,20 @@ local function ref_checker(log, ptr, report, seen, want)
   end
 end
 
+-- A checkpoint's pending writes may be held as one list or one field each (pending_writes()
+-- reads both; which one depends on the version that wrote them and on how many there are),
+-- so verify compares them by what they hold, through their "w" field; the "v"/"u" fields
+-- behind it are read there, not compared one by one, nor reported missing or extra.
+local function behind_writes(k)
+  local kind = string.sub(k, 1, 1)
+  return kind == 'v' or kind == 'u'
+end
+
 -- How verify compares one ptr field of the live indexes (`live`) with the replay's
 -- (`rebuilt`), given its value in `live` (v) and in `rebuilt` (theirs, nil when absent):
 -- nil when they agree, else the problem's word ('differs', or 'extra' with no `theirs`).
--- A checkpoint's pending writes may be held as one list or one field each (pending_writes()
--- reads both; which one depends on the version that wrote them and on how many there are),
--- so they are compared by what they hold, through their "w" field; the "v"/"u" fields
--- behind it are read there, not compared one by one.
 local function ptr_problem(live, rebuilt, k, v, theirs)
-  local kind = string.sub(k, 1, 1)
-  if kind == 'v' or kind == 'u' then
+  if behind_writes(k) then
     return nil
   end
   if theirs == nil then
@@ -118,7 +122,7 @@ local function ptr_problem(live, rebuilt, k, v, theirs)
   if theirs == v then
     return nil
   end
-  if kind ~= 'w' then
+  if string.sub(k, 1, 1) ~= 'w' then
     return 'differs'
   end
   local ns, cid = split_lp(string.sub(k, 2))

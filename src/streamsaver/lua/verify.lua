@@ -71,8 +71,7 @@ if ARGV[1] ~= 'refs' then
   local live, rebuilt = as_set(redis.call('HGETALL', KEYS[3]), 2),
       as_set(redis.call('HGETALL', KEYS[5]), 2)
   for k in pairs(rebuilt) do
-    local kind = string.sub(k, 1, 1)
-    if live[k] == nil and kind ~= 'v' and kind ~= 'u' then
+    if live[k] == nil and not behind_writes(k) then
       out[#out + 1] = 'ptr missing ' .. k
     end
   end

@@ -143,7 +143,7 @@ local function step()
         if problem then
           out[#out + 1] = 'ptr ' .. problem .. ' ' .. k
         end
-      elseif not theirs and string.find('vu', string.sub(k, 1, 1), 1, true) == nil then
+      elseif not theirs and not behind_writes(k) then
         out[#out + 1] = kind .. k
       end
     end
