@@ -645,23 +645,17 @@ class Operations:
             found = yield from self._delta_check(keys, thread_id, runs)
             if found is None:
                 continue
-            # the delete event first, alone: the checkpoints are gone at once, for readers,
-            # writers and replays alike; then their payloads leave the log in slices
-            (reply,) = yield Each((self._delete_runs(keys, "record", thread_id, found, runs),))
-            if _out_of_memory(reply):
+            # a compaction without their checkpoints, in slices: they are gone, for readers,
+            # writers and replays alike, when it swaps the new log in (lua/compact_slice.lua)
+            reply = yield from self._compaction(thread_id, 0, (found, thread_id, *runs))
+            if reply is None:
                 # a full server: one script, which frees before it appends
                 reply = yield self._delete_runs(keys, "", thread_id, "", runs)
-            if isinstance(reply, Exception):
-                raise reply
+                if isinstance(reply, Exception):
+                    raise reply
             if isinstance(reply, builtins.list) and reply[0] == b"delta":
                 raise _delta_dependency(thread_id, runs, [_text(x) for x in reply[1:]])
-            if isinstance(reply, builtins.list):
-                count, record = reply
-                deleted += count
-                # the record goes last in the compacted log, as one script puts it
-                yield from self.compact(thread_id, 0, _text(record))
-            else:
-                deleted += reply
+            deleted += reply[1] if isinstance(reply, tuple) else int(reply)
         return deleted
 
     def _delete_runs(
@@ -806,12 +800,26 @@ class Operations:
             else:
                 yield from self.compact(thread_id, 1)
 
-    def compact(self, thread_id: str, keep: int, last: str = "") -> Flow[int]:
+    def compact(self, thread_id: str, keep: int) -> Flow[int]:
         """Compact a thread to its last ``keep`` checkpoints per namespace (0: every live one)
         in slices (lua/compact_slice.lua), each at most ``slice_events`` units of work or
         ``slice_ms`` of server time: the new log is built beside the live one while writers go
-        on, and swapped in whole by the last slice. ``last``: the id of a record to copy after
-        the kept checkpoints. Returns the entries removed."""
+        on, and swapped in whole by the last slice. Returns the entries removed."""
+        reply = yield from self._compaction(thread_id, keep)
+        if reply is None:
+            # the copies take memory before the old log is freed: on a full server, one
+            # script, which frees first (lua/compact.lua)
+            whole = (*self._appending_args(), keep)
+            return int(
+                (yield Eval("prune", self.appending(self.keys(thread_id)), whole, write=True))
+            )
+        return int(reply[0])
+
+    def _compaction(self, thread_id: str, keep: int, deleting: tuple[str, ...] = ()) -> Flow[Any]:
+        """compact()'s slices; ``deleting``: delete_for_runs' arguments (lua/compact_slice.lua).
+        Returns (entries removed, checkpoints deleted), a refusal, or None when the server is
+        out of memory or others kept rewriting the log under the slices: the caller then runs
+        one script (which frees first)."""
         keys = self.keys(thread_id)
         scratch = compact_keys(keys)
         token = secrets.token_hex(8)
@@ -821,7 +829,7 @@ class Operations:
             op = Eval(
                 "compact_slice",
                 (*self.appending(keys), *scratch),
-                (*args, self.slice_events, f"{self.slice_ms:g}", last),
+                (*args, self.slice_events, f"{self.slice_ms:g}", *deleting),
                 write=True,
             )
             if start:
@@ -830,25 +838,26 @@ class Operations:
                 (reply,) = yield from self._slice(Each((op,)))
             else:
                 # alone, so a durability mode waits after it: the swap is acknowledged as any
-                # write is, and so is delete_for_runs' record before it
+                # write is
                 reply = yield from self._slice(op)
             if _out_of_memory(reply):
-                # the copies take memory before the old log is freed: on a full server, one
-                # script, which frees first (lua/compact.lua)
                 break
             if isinstance(reply, Exception):
                 raise reply
-            state, fresh, removed = reply
+            if reply[0] == b"oom":
+                break
+            if reply[0] == b"delta":
+                return reply
+            state, fresh, removed, deleted = reply
             if int(fresh) and not start:
                 # another compaction or a deletion rewrote the log under the slices
                 restarts += 1
             start = False
             if _text(state) == "done":
-                return int(removed)
+                return int(removed), int(deleted)
         # as before slices existed, rather than never finishing
         yield Call(("UNLINK", *scratch), write=True)
-        whole = (*self._appending_args(), keep)
-        return int((yield Eval("prune", self.appending(keys), whole, write=True)))
+        return None
 
     def _slice(self, op: Eval | Each) -> Flow[Any]:
         """One slice of a long operation; then, paced, a pause ``slice_pause`` times as long as

@@ -19,12 +19,28 @@
 -- ARGV[3]: checkpoints kept per namespace (0: every live one)   ARGV[4]: the compaction's token
 -- ARGV[5]: 'start' for its first slice (one unit of work), else ''
 -- ARGV[6]: most units of work in this call
--- ARGV[7]: ms after which it stops   ARGV[8]: '' or the id of a record to copy last, after
--- the kept checkpoints (delete_for_runs' delete event, last as compact.lua's `extra` puts it)
--- Returns {'more' or 'done', 1 if it (re)started from the beginning else 0, entries removed}.
+-- ARGV[7]: ms after which it stops
+-- delete_for_runs (ARGV[3] 0) adds ARGV[8]: the log's last id when its DeltaChannel check
+-- (delete_runs.lua's 'check' slices) began, ARGV[9]: the thread id, ARGV[10..]: the runs.
+-- The runs' checkpoints and their writes are not copied, and after the kept ones come
+-- 'delete' records naming them (a page each), as delete_runs.lua's one script appends one:
+-- they are gone for readers when the new log is swapped in, not before, and a writer still
+-- continuing one of them in the meantime is refused from then on. A kept checkpoint put since
+-- the check began whose DeltaChannels read a dropped one's writes is refused: the scratch
+-- keys are dropped and nothing was written (delete_runs.lua's refusal).
+-- Returns {'more' or 'done', 1 if it (re)started from the beginning else 0, entries removed,
+-- checkpoints deleted}, or a refusal.
 local log, ix, ptr, feed = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local nl, nx, np, st, plan = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local keep, token, most, budget = tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[6]), tonumber(ARGV[7])
+local deleting, named, run_no, checked = #ARGV >= 10, {}, {}, ARGV[8]
+for i = 10, #ARGV do
+  named[ARGV[i]] = true
+  run_no[ARGV[i]] = string.format('%04d', i - 10)
+end
+-- a 'delete' record names at most this many checkpoints: its projection, a few microseconds
+-- each, stays within a slice
+local DROP_PAGE = 200
 
 local function last_id(key)
   local e = redis.call('XREVRANGE', key, '+', '-', 'COUNT', 1)[1]
@@ -38,7 +54,7 @@ local function by_id(kind, eid, member)
     (member or '')
 end
 
-local FIELDS = {'token', 'phase', 'first', 'base', 'pc', 'tomb', 'h', 'removed', 'last'}
+local FIELDS = {'token', 'phase', 'first', 'base', 'pc', 'tomb', 'h', 'removed', 'last', 'deleted'}
 local s = {}
 do
   local raw = redis.call('HMGET', st, unpack(FIELDS))
@@ -48,6 +64,13 @@ do
 end
 local fresh = 0
 if ARGV[5] ~= 'start' then
+  -- A server out of memory refuses a slice's writes (the first decides for the whole call),
+  -- and the caller, which sends this slice alone, would raise: it gets a value instead, and
+  -- compacts in one script, which frees first
+  local probe = redis.pcall('HSET', st, 'token', s.token or '')
+  if type(probe) == 'table' and probe.err then
+    return {'oom', probe.err}
+  end
   -- every entry up to the snapshot still there and the same first one: only appends since
   -- the same first entry: only appends since (a compaction or a deletion rewrites the log from
   -- its first entry on)
@@ -55,7 +78,7 @@ if ARGV[5] ~= 'start' then
     if s.phase == 'announce' then
       -- swapped in, then rewritten again: what rewrote it announces its own events
       redis.call('UNLINK', st)
-      return {'done', 0, tonumber(s.removed)}
+      return {'done', 0, tonumber(s.removed), tonumber(s.deleted)}
     end
     s = {}
   end
@@ -69,19 +92,10 @@ if s.token == nil then
   redis.call('UNLINK', nl, nx, np, plan)
   local base = last_id(log)
   if not base then
-    return {'done', fresh, 0}
-  end
-  local tomb, h = pruned_event(log), chain_head(log)
-  if ARGV[8] == base then
-    -- the record is moved, not trimmed: the tombstone and the chain go on from the entry
-    -- before it, as one script that appends it after the copies has them
-    local prev = redis.call('XREVRANGE', log, '(' .. base, '-', 'COUNT', 1)[1]
-    local pf = fields_of(prev[2])
-    tomb[8], tomb[12], tomb[14], h = tostring(tonumber(tomb[8]) - 1), prev[1], pf.dg or '',
-      pf.dg or ''
+    return {'done', fresh, 0, 0}
   end
   s = {token = token, phase = 'records', first = first_entry_id(log), base = base, pc = '',
-       tomb = cmsgpack.pack(tomb), h = h, last = ''}
+       tomb = cmsgpack.pack(pruned_event(log)), h = chain_head(log), last = '', deleted = '0'}
 end
 local base = s.base
 
@@ -120,6 +134,49 @@ local function emit_all(events)
   end
 end
 
+-- delete_for_runs: the checkpoints named by plan members m ('3' or '4', the run's number,
+-- lp(ns), id) leave in one 'delete' record, as delete_runs.lua's names them (by run, then ns)
+local function emit_deleted(members)
+  if #members == 0 then
+    return
+  end
+  local items, runs, last = {}, {}, nil
+  for _, m in ipairs(members) do
+    local i = tonumber(string.sub(m, 2, 5))
+    local ns, id = split_lp(string.sub(m, 6))
+    items[#items + 1] = ns
+    items[#items + 1] = id
+    if i ~= last then
+      runs[#runs + 1], last = ARGV[10 + i], i
+    end
+  end
+  emit({'k', 'delete', 'sv', tostring(SCHEMA), 'thread', ARGV[9], 'items', cmsgpack.pack(items),
+        'runs', cmsgpack.pack(runs)})
+  s.deleted = tostring(tonumber(s.deleted) + #members)
+end
+
+-- Refused (run_dependency() in delta.lua): what the caller gets back, instead of a swap.
+local refused, memo = nil, {}
+local function dependency(f)
+  refused = refused or run_dependency(log, ptr, 'c' .. lp(f.ns) .. f.id, named, cache, memo)
+  return refused ~= nil
+end
+
+-- What the tail does with an event appended since the first slice: its kind, or 'dropped' for
+-- delete_for_runs' (a named run's checkpoint, named by a record at the swap, or the writes of a
+-- checkpoint live in the old log and not copied to the new one)
+local function tail_kind(f)
+  local m = lp(f.ns or '') .. (f.id or '')
+  if deleting and f.k == 'checkpoint' and named[f.run or ''] then
+    redis.call('ZADD', plan, 0, '4' .. run_no[f.run] .. m)
+    return 'dropped'
+  elseif deleting and f.k == 'writes' and redis.call('HEXISTS', ptr, 'c' .. m) == 1 and
+      not redis.call('ZSCORE', nx, 'c' .. m) then
+    return 'dropped'
+  end
+  return f.k
+end
+
 -- The new keys replace the live ones; then their events are announced, a page at a time.
 local function swap()
   local removed, ttl = redis.call('XLEN', log), redis.call('PTTL', log)
@@ -150,7 +207,7 @@ local function step()
     local page = redis.call('ZRANGEBYLEX', ix, from, '[e\255', 'LIMIT', 0, 100)
     for _, m in ipairs(page) do
       local eid = string.sub(m, 2)
-      if not id_less(base, eid) and eid ~= ARGV[8] then
+      if not id_less(base, eid) then
         redis.call('ZADD', plan, 0, by_id('1', eid))
       end
     end
@@ -216,7 +273,7 @@ local function step()
     end
   elseif s.phase == 'copy' then
     local from = s.pc == '' and '-' or '(' .. s.pc
-    local item = redis.call('ZRANGEBYLEX', plan, from, '+', 'LIMIT', 0, 1)[1]
+    local item = redis.call('ZRANGEBYLEX', plan, from, '(3', 'LIMIT', 0, 1)[1]
     if not item then
       s.phase, s.pc = 'early', '0'
       return true
@@ -228,7 +285,12 @@ local function step()
       if f then
         emit(copy_header(eid, f))
       end
+    elseif f and deleting and named[f.run or ''] then
+      redis.call('ZADD', plan, 0, '3' .. run_no[f.run] .. lp(f.ns) .. f.id)
     elseif f then
+      if deleting and id_less(checked, eid) and dependency(f) then
+        return false
+      end
       emit(checkpoint_copy(log, ptr, eid, f, cache, provided))
       local out = {}
       writes_copies(log, ptr, f, cache, out, base)
@@ -255,29 +317,33 @@ local function step()
     end
     s.pc = r[1]
     if r[1] == '0' then
-      local e = ARGV[8] ~= '' and redis.call('XRANGE', log, ARGV[8], ARGV[8])[1]
-      if e then
-        -- the operation's own record, moved as it is (its fields in order, no origin)
-        local ev = {}
-        for i = 1, #e[2], 2 do
-          if e[2][i] ~= 'ch' and e[2][i] ~= 'dg' then
-            ev[#ev + 1] = e[2][i]
-            ev[#ev + 1] = e[2][i + 1]
-          end
-        end
-        emit(ev)
-      end
+      s.phase, s.pc = deleting and 'deleted' or 'tail', deleting and '' or base
+    end
+  elseif s.phase == 'deleted' then
+    -- delete_for_runs' records, after the kept checkpoints
+    local from = s.pc == '' and '[3' or '(' .. s.pc
+    local page = redis.call('ZRANGEBYLEX', plan, from, '(4', 'LIMIT', 0, DROP_PAGE)
+    emit_deleted(page)
+    if #page < DROP_PAGE then
       s.phase, s.pc = 'tail', base
+    else
+      s.pc = page[#page]
     end
   elseif s.phase == 'tail' then
     -- what was appended since the first slice, in order; at its end, the swap
     local batch = redis.call('XRANGE', log, '(' .. s.pc, '+', 'COUNT', 10)
     for _, e in ipairs(batch) do
       local f = fields_of(e[2])
-      if f.k == 'checkpoint' then
+      local kind = tail_kind(f)
+      if kind == 'checkpoint' then
+        if deleting and dependency(f) then
+          return false
+        end
         emit(checkpoint_copy(log, ptr, e[1], f, cache, provided), e[1])
-      elseif f.k == 'writes' then
+      elseif kind == 'writes' then
         emit(copy_header(e[1], f), e[1])
+      elseif kind == 'dropped' then
+        -- left out
       elseif f.k ~= nil and f.k ~= 'pruned' then
         -- a record (delete_for_runs' delete) may remove what is copied already: start again
         s = nil
@@ -286,6 +352,7 @@ local function step()
       s.pc = e[1]
     end
     if #batch < 10 then
+      emit_deleted(redis.call('ZRANGEBYLEX', plan, '[4', '(5'))
       return swap()
     end
   elseif s.phase == 'announce' then
@@ -313,17 +380,22 @@ while going do
     break
   end
 end
+if refused then
+  -- nothing was written but the scratch keys
+  redis.call('UNLINK', nl, nx, np, st, plan)
+  return refused
+end
 if s == nil then
   -- restart in the next call, from the beginning
   redis.call('UNLINK', nl, nx, np, st, plan)
   redis.call('HSET', st, 'token', '')
   redis.call('PEXPIRE', st, 3600000)
-  return {'more', fresh, 0}
+  return {'more', fresh, 0, 0}
 end
 if not going then
   redis.call('UNLINK', st)
-  return {'done', fresh, tonumber(s.removed)}
+  return {'done', fresh, tonumber(s.removed), tonumber(s.deleted)}
 end
 s.h = heads[nl]
 save_slice(st, s, {nl, nx, np, st, plan})
-return {'more', fresh, 0}
+return {'more', fresh, 0, 0}

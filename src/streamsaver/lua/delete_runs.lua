@@ -9,12 +9,10 @@
 --             ARGV[5] ('' to start, else the last index member checked) for up to ARGV[6] ms;
 --             writes nothing. Returns 0 when the thread has none of the runs' checkpoints, a
 --             refusal, or {'more' or 'checked', last member checked, the log's last id};
---   'record'  append the "delete" event alone (it takes effect at once; the payloads then
---             leave the log with a sliced compaction, compact_slice.lua), the check done by
---             slices up to event ARGV[5], the log's last when they began: only checkpoints
---             appended since are checked here. Returns {checkpoints deleted, the event's id};
 --   ''        check, record and compact, in this call (what a server out of memory needs:
 --             compact.lua frees before it appends). Returns the checkpoints deleted.
+-- Elsewhere the slices of compact_slice.lua drop the checkpoints and append the record, after
+-- the 'check' slices.
 -- ARGV[4]: thread id   ARGV[7..]: run ids
 -- The thread keeps the time to live it had.
 local mode, runs, named = ARGV[3], {}, {}
@@ -23,22 +21,11 @@ for i = 7, #ARGV do
 end
 
 -- A surviving checkpoint's DeltaChannels rebuild from its ancestors' writes back to their seed
--- (delta.lua): dropping such an ancestor would silently empty them. Refuse before writing
--- anything, naming the first: {'delta', ns, surviving id, its run, deleted id, its run}.
+-- (delta.lua): dropping such an ancestor would silently empty them. Refused before anything is
+-- written, naming the first (run_dependency()).
 local cache, memo = {}, {}
 local function refusal(m)
-  local _, f = checkpoint_event(KEYS[1], KEYS[3], m, cache)
-  if not f or named[f.run or ''] then
-    return nil
-  end
-  local needs = {}
-  delta_ancestors(KEYS[1], KEYS[3], f, cache, needs, memo)
-  for a in pairs(needs) do
-    local _, af = checkpoint_event(KEYS[1], KEYS[3], a, cache)
-    if af and named[af.run or ''] then
-      return {'delta', f.ns, f.id, f.run or '', af.id, af.run or ''}
-    end
-  end
+  return run_dependency(KEYS[1], KEYS[3], m, named, cache, memo)
 end
 
 if mode == 'check' then
@@ -90,36 +77,15 @@ end
 if #items == 0 then
   return 0
 end
-if mode == 'record' then
-  -- what was put since the check's slices began
-  for _, e in ipairs(redis.call('XRANGE', KEYS[1], '(' .. ARGV[5], '+')) do
-    local f = fields_of(e[2])
-    if f.k == 'checkpoint' and type(f.ns) == 'string' and type(f.id) == 'string' then
-      local refused = refusal('c' .. lp(f.ns) .. f.id)
-      if refused then
-        return refused
-      end
-    end
-  end
-else
-  local live = redis.call('ZRANGEBYLEX', KEYS[2], '[c', '[c\255')
-  for i = #live, 1, -1 do
-    local refused = refusal(live[i])
-    if refused then
-      return refused
-    end
+local live = redis.call('ZRANGEBYLEX', KEYS[2], '[c', '[c\255')
+for i = #live, 1, -1 do
+  local refused = refusal(live[i])
+  if refused then
+    return refused
   end
 end
 local ev = {'k', 'delete', 'sv', tostring(SCHEMA), 'thread', ARGV[4],
             'items', cmsgpack.pack(items), 'runs', cmsgpack.pack(runs)}
-if mode == 'record' then
-  local id = append_event(KEYS[1], ev)
-  local f = fields_of(ev)
-  apply(KEYS[1], KEYS[2], KEYS[3], id, f)
-  notify(KEYS[4], ARGV[1], id, f)
-  expire_thread(KEYS[1], {KEYS[2], KEYS[3]}, 0)
-  return {#items / 2, id}
-end
 -- projected first, so the compaction keeps every checkpoint but the deleted ones; it projects
 -- the event again, with the rest, once appended
 local f = fields_of(ev)

@@ -162,3 +162,22 @@ local function with_delta_ancestors(log, ptr, members, extra, cache)
   end
   return members
 end
+
+-- delete_for_runs (delete_runs.lua, compact_slice.lua) drops the checkpoints of the runs in
+-- `named` (a set): refused when checkpoint `m` (an ix member), of another run, rebuilds its
+-- DeltaChannels from one of them. Returns nil, or {'delta', ns, m's id, its run, the dropped
+-- ancestor's id, its run}. memo: shared by the calls of one check (delta_walk()).
+local function run_dependency(log, ptr, m, named, cache, memo)
+  local _, f = checkpoint_event(log, ptr, m, cache)
+  if not f or named[f.run or ''] then
+    return nil
+  end
+  local needs = {}
+  delta_ancestors(log, ptr, f, cache, needs, memo)
+  for a in pairs(needs) do
+    local _, af = checkpoint_event(log, ptr, a, cache)
+    if af and named[af.run or ''] then
+      return {'delta', f.ns, f.id, f.run or '', af.id, af.run or ''}
+    end
+  end
+end
