@@ -493,7 +493,8 @@ def test_delete_for_runs_takes_the_payloads_out_of_the_log(
     last = entries[-1][1]
     assert last[b"k"] == b"delete" and ormsgpack.unpackb(last[b"runs"]) == ["secret"]
     assert set(ormsgpack.unpackb(last[b"items"])[1::2]) == deleted
-    assert {k for k in last} == {b"k", b"sv", b"thread", b"items", b"runs", b"ch", b"dg"}
+    assert {k for k in last} == {b"k", b"sv", b"thread", b"items", b"runs", b"upto", b"ch", b"dg"}
+    assert last[b"upto"].decode() == max(deleted)
 
     # the survivors read as before, though values they read were stored by deleted events
     # (step 1 wrote "once", and the message list chain ran through steps 1 and 2)

@@ -150,8 +150,7 @@ local function emit_deleted(members)
       runs[#runs + 1], last = ARGV[10 + i], i
     end
   end
-  emit({'k', 'delete', 'sv', tostring(SCHEMA), 'thread', ARGV[9], 'items', cmsgpack.pack(items),
-        'runs', cmsgpack.pack(runs)})
+  emit(deleted_event(ARGV[9], items, runs))
   s.deleted = tostring(tonumber(s.deleted) + #members)
 end
 

@@ -84,8 +84,7 @@ for i = #live, 1, -1 do
     return refused
   end
 end
-local ev = {'k', 'delete', 'sv', tostring(SCHEMA), 'thread', ARGV[4],
-            'items', cmsgpack.pack(items), 'runs', cmsgpack.pack(runs)}
+local ev = deleted_event(ARGV[4], items, runs)
 -- projected first, so the compaction keeps every checkpoint but the deleted ones; it projects
 -- the event again, with the rest, once appended
 local f = fields_of(ev)

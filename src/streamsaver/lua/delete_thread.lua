@@ -47,10 +47,15 @@ while true do
   seen(id)
   from = '[' .. ns_end
 end
--- checkpoints delete_for_runs removed may be the newest: its records name them
+-- checkpoints delete_for_runs removed may be the newest: its records name them (and say
+-- which is the greatest since 'upto'; earlier ones are unpacked)
 local cache = {}
 for _, m in ipairs(redis.call('ZRANGEBYLEX', KEYS[2], '[e', '[e\255')) do
   local f = entry_fields(KEYS[1], string.sub(m, 2), cache)
+  if f and f.k == 'delete' and type(f.upto) == 'string' then
+    seen(f.upto)
+    f = nil
+  end
   local ok, items = pcall(cmsgpack.unpack, f and f.k == 'delete' and f.items or '\144')
   for i = 2, ok and type(items) == 'table' and #items or 0, 2 do
     if type(items[i]) == 'string' then

@@ -378,6 +378,19 @@ local function check_delete(f)
   return items
 end
 
+-- The 'delete' event naming `items` ({ns, checkpoint id, ...}) of thread `thread`, of `runs`.
+-- 'upto', the greatest id among them, spares delete_thread.lua unpacking every record.
+local function deleted_event(thread, items, runs)
+  local upto = ''
+  for i = 2, #items, 2 do
+    if bytes_lt(upto, items[i]) then
+      upto = items[i]
+    end
+  end
+  return {'k', 'delete', 'sv', tostring(SCHEMA), 'thread', thread, 'items', cmsgpack.pack(items),
+          'runs', cmsgpack.pack(runs), 'upto', upto}
+end
+
 local function apply_delete(log, ix, ptr, id, f, items)
   for i = 1, #items, 2 do
     local p = lp(items[i])
