@@ -17,6 +17,7 @@ import redis
 from streamsaver import RedisStreamSaver
 from streamsaver._feed import slot_of
 from streamsaver._keys import thread_keys
+from streamsaver._ops import Eval
 from streamsaver._projection import slot_keys
 
 from .test_cli import ROOT
@@ -307,3 +308,36 @@ def test_a_periodic_lag_finds_a_new_feed_within_one_sweep_and_a_fresh_one_at_onc
     other = slot_of(writer._ops.keys("another").log)
     assert other in {s.slot for s in late.projector_lag().slots}  # fresh: at once
     assert other in {s.slot for s in late.projector_lag(fresh=False).slots}  # known from then on
+
+
+def test_a_slot_far_behind_its_feed_is_listed_without_reading_the_whole_feed(
+    sync_saver: RedisStreamSaver, redis_client: redis.Redis
+) -> None:
+    """A cross-thread read names the threads of feed entries the projector has not applied;
+    past 1,000 of them in a slot (registry.lua's PENDING_MAX) that slot answers 'fallback'
+    rather than read up to the feed's MAXLEN in one script, and the read lists the threads
+    through the slots' thread indexes instead, with the same result."""
+    from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
+
+    def config(thread: str) -> Any:
+        return {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+
+    sync_saver.put(config("early"), generate_checkpoint(), generate_metadata(run_id="r0"), {})
+    sync_saver.seed_projections()
+    parent = config("busy")
+    for step in range(501):
+        meta = generate_metadata(step=step, run_id="r1" if step == 500 else "r2")
+        parent = sync_saver.put(parent, generate_checkpoint(), meta, {})
+        sync_saver.put_writes(parent, [("x", step)], f"task{step}")
+    slot = slot_of(thread_keys(sync_saver.prefix, "busy").log)
+    keys = slot_keys(sync_saver.prefix, slot)
+    reply = sync_saver._execute(Eval("candidates", keys, ("runs", "r1")))
+    assert reply == [b"fallback"]
+    assert {t.thread_id for t in sync_saver.threads()} == {"early", "busy"}
+    found = list(sync_saver.list(None, filter={"run_id": "r1"}))
+    assert [t.config["configurable"]["checkpoint_id"] for t in found] == [
+        parent["configurable"]["checkpoint_id"]
+    ]
+    # with fewer pending, the slot's own answer names the thread
+    sync_saver.seed_projections()
+    assert sync_saver._execute(Eval("candidates", keys, ("runs", "r1")))[1:] == [b"busy"]

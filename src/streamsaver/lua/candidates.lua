@@ -6,9 +6,11 @@
 --           'meta': threads with, for every key of ARGV[2], msgpack [key, form, ...] as list.lua
 --                   takes it ('' for none), a checkpoint whose metadata has that value (form, as
 --                   meta.lua's); with no key, every thread
--- Returns {'fallback'} when the slot's projections cannot be used, else {'ok' or 'fresh', thread, ...}.
+-- Returns {'fallback'} when the slot's projections cannot be used (or more than PENDING_MAX feed
+-- entries wait for the projector), else {'ok' or 'fresh', thread, ...}.
 local cursor = usable_cursor(KEYS[1], KEYS[2])
-if not cursor then
+local pending = cursor and pending_entries(KEYS[1], cursor)
+if not pending then
   return {'fallback'}
 end
 local found = {}
@@ -46,7 +48,7 @@ else
     end
   end
 end
-for _, t in ipairs((named(after_cursor(KEYS[1], cursor, '+', nil)))) do
+for _, t in ipairs((named(pending))) do
   found[t] = true
 end
 -- 'fresh': never seeded; when no slot was, no projector ever ran, and readers scan

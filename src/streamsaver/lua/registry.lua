@@ -80,6 +80,19 @@ local function after_cursor(feed, cursor, stop, count)
   return redis.call('XRANGE', feed, start, stop)
 end
 
+-- The feed entries after the cursor, for a read that must name every thread they name; nil
+-- when there are more than PENDING_MAX (a projector far behind, or none ever ran on a feed
+-- never trimmed): reading them all would hold the server ~2 us each, up to the feed's MAXLEN,
+-- and the caller answers 'fallback' instead (readers then list the threads another way).
+local PENDING_MAX = 1000
+local function pending_entries(feed, cursor)
+  local entries = after_cursor(feed, cursor, '+', PENDING_MAX + 1)
+  if #entries > PENDING_MAX then
+    return nil
+  end
+  return entries
+end
+
 -- Thread ids named by feed entries, in order, each once.
 local function named(entries)
   local seen, order = {}, {}

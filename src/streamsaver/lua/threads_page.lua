@@ -4,12 +4,14 @@
 -- KEYS: feed state registry activity (registry.lua)
 -- ARGV: [1] key prefix  [2] rows wanted (0: all)  [3] after this activity ms, or ''
 --       [4] and this thread id (with [3])
--- Returns {'fallback'} when the slot's projections cannot be used, else {'ok' or 'fresh', thread, row,
+-- Returns {'fallback'} when the slot's projections cannot be used (or more than PENDING_MAX feed
+-- entries wait for the projector), else {'ok' or 'fresh', thread, row,
 -- ...}: every pending thread's row after the position, and up to ARGV[2] others.
 local prefix, want = ARGV[1], tonumber(ARGV[2])
 local after_ms, after_t = tonumber(ARGV[3]), ARGV[4]
 local cursor = usable_cursor(KEYS[1], KEYS[2])
-if not cursor then
+local entries = cursor and pending_entries(KEYS[1], cursor)
+if not entries then
   return {'fallback'}
 end
 local function beyond(ms, t)
@@ -17,7 +19,7 @@ local function beyond(ms, t)
 end
 -- 'fresh': never seeded; when no slot was, no projector ever ran, and readers scan
 local out = {redis.call('EXISTS', KEYS[2]) == 1 and 'ok' or 'fresh'}
-local pending, is_pending = named(after_cursor(KEYS[1], cursor, '+', nil))
+local pending, is_pending = named(entries)
 for _, t in ipairs(pending) do
   local base = thread_base(prefix, t)
   local row = thread_row(base .. 'log', base .. 'ix', base .. 'ptr')
