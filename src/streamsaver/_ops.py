@@ -101,7 +101,7 @@ _REBUILD_RESTARTS = 3
 _SLOTS_A_CALL = 1024
 # a long operation's slices by default (Operations.slice_ms, slice_pause; README, "Other
 # tenants while one runs long operations", has the measurements behind them)
-DEFAULT_SLICE_MS = 2.0
+DEFAULT_SLICE_MS = 0.5
 DEFAULT_SLICE_PAUSE = 1.0
 # how long the keys of a deleted thread, never used again, keep refusing writes that continue
 # its deleted history (lua/delete_thread.lua); a thread that uses the id again keeps that for good

@@ -199,6 +199,9 @@ local function swap()
   return true
 end
 
+-- by namespace ('c' .. lp(ns)), its newest live checkpoint id ('' if none): the 'early' phase's
+local newest = {}
+
 -- One unit of work; false once the compaction is done (the new keys swapped in).
 local function step()
   if s.phase == 'records' then
@@ -297,21 +300,24 @@ local function step()
     end
     cache = {}
   elseif s.phase == 'early' then
-    -- writes that came before their checkpoint (compact.lua's early_writes())
-    local r = redis.call('HSCAN', ptr, s.pc, 'MATCH', 'w*', 'COUNT', 100)
-    for _, name in ipairs(r[2]) do
-      local m = 'c' .. string.sub(name, 2)
-      -- HSCAN may return a field twice
-      if string.sub(name, 1, 1) == 'w' and redis.call('ZADD', plan, 'NX', 0, name) == 1 and
-          not redis.call('ZSCORE', ix, m) then
-        local ns, id = split_lp(string.sub(name, 2))
-        local p = 'c' .. lp(ns)
+    -- writes that came before their checkpoint (compact.lua's early_writes()): newer than the
+    -- newest checkpoint of their namespace, looked up once a call per namespace, so the
+    -- others (nearly all of a long thread's) cost no command
+    local r = redis.call('HSCAN', ptr, s.pc, 'MATCH', 'w*', 'COUNT', 200)
+    for i = 1, #r[2], 2 do
+      local name = r[2][i]
+      local ns, id = split_lp(string.sub(name, 2))
+      local p = 'c' .. lp(ns)
+      if newest[p] == nil then
         local top = redis.call('ZREVRANGEBYLEX', ix, '[' .. p .. '\255', '[' .. p, 'LIMIT', 0, 1)[1]
-        if (top and string.sub(top, #p + 1) or '') < id then
-          local out = {}
-          writes_copies(log, ptr, {ns = ns, id = id}, cache, out, base)
-          emit_all(out)
-        end
+        newest[p] = top and string.sub(top, #p + 1) or ''
+      end
+      -- HSCAN may return a field twice
+      if newest[p] < id and not redis.call('ZSCORE', ix, p .. id) and
+          redis.call('ZADD', plan, 'NX', 0, name) == 1 then
+        local out = {}
+        writes_copies(log, ptr, {ns = ns, id = id}, cache, out, base)
+        emit_all(out)
       end
     end
     s.pc = r[1]
