@@ -54,12 +54,12 @@ for _, m in ipairs(redis.call('ZRANGEBYLEX', KEYS[2], '[e', '[e\255')) do
   local f = entry_fields(KEYS[1], string.sub(m, 2), cache)
   if f and f.k == 'delete' and type(f.upto) == 'string' then
     seen(f.upto)
-    f = nil
-  end
-  local ok, items = pcall(cmsgpack.unpack, f and f.k == 'delete' and f.items or '\144')
-  for i = 2, ok and type(items) == 'table' and #items or 0, 2 do
-    if type(items[i]) == 'string' then
-      seen(items[i])
+  elseif f and f.k == 'delete' then
+    local ok, items = pcall(cmsgpack.unpack, f.items or '\144')
+    for i = 2, ok and type(items) == 'table' and #items or 0, 2 do
+      if type(items[i]) == 'string' then
+        seen(items[i])
+      end
     end
   end
 end

@@ -71,13 +71,11 @@ local function usable_cursor(feed, state)
   return cursor
 end
 
--- Feed entries after the cursor (at most `count`, up to `stop`).
+-- Feed entries after the cursor (at most `count`, up to `stop`): always bounded, as a feed
+-- holds up to its MAXLEN entries.
 local function after_cursor(feed, cursor, stop, count)
   local start = cursor == '0-0' and '-' or '(' .. cursor
-  if count then
-    return redis.call('XRANGE', feed, start, stop, 'COUNT', count)
-  end
-  return redis.call('XRANGE', feed, start, stop)
+  return redis.call('XRANGE', feed, start, stop, 'COUNT', count)
 end
 
 -- The feed entries after the cursor, for a read that must name every thread they name; nil
