@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import multiprocessing as mp
+import os
 import statistics
 import sys
 import time
@@ -36,6 +37,17 @@ from streamsaver import RedisStreamSaver
 from streamsaver.embedded import EmbeddedRedis
 
 BIG, COPY, OTHER = "big", "big-copy", "other"
+# the scripts' server time reported (INFO latencystats)
+QUANTILES = ("p50", "p99", "p100")
+# --only's names, in the order they run
+OPERATIONS = {
+    "rebuild": "rebuild",
+    "verify": "verify",
+    "copy_thread": "copy_thread",
+    "delete_for_runs": "delete_for_runs",
+    "prune": "prune keep_latest",
+    "delete_thread": "delete_thread",
+}
 
 
 @contextmanager
@@ -123,10 +135,35 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true")
     parser.add_argument("--slice-ms", type=float, help="a slice's budget (saver.slice_ms)")
     parser.add_argument("--slice-pause", type=float, help="the slices' pace (saver.slice_pause)")
+    parser.add_argument(
+        "--nice",
+        type=int,
+        default=0,
+        help="lower the CPU priority of the process running the long operations by this much "
+        "once the other tenant's has started: where both clients share the server's cores, "
+        "the first one's own Python competes with the second for them, which is not the "
+        "server's share of the wait",
+    )
+    parser.add_argument(
+        "--timeline",
+        action="store_true",
+        help="also print where in each operation the waits over twice the idle p99 fell",
+    )
+    parser.add_argument(
+        "--only",
+        help=f"comma-separated operations to run, of {','.join(OPERATIONS)} (default: all; "
+        "delete_thread deletes copy_thread's copy, delete_for_runs' and prune's results "
+        "depend on the ones before them)",
+    )
     args = parser.parse_args(argv)
+    chosen = set((args.only or ",".join(OPERATIONS)).split(","))
+    if chosen - set(OPERATIONS):
+        parser.error(f"--only {args.only!r}: give names of {', '.join(OPERATIONS)}")
+    only = [label for name, label in OPERATIONS.items() if name in chosen]
     print(f"streamsaver from {streamsaver.__file__}", file=sys.stderr)
     with _server(args.url) as url, redis.Redis.from_url(url, socket_timeout=900) as client:
         client.config_set("busy-reply-threshold", 600_000)
+        client.config_set("latency-tracking-info-percentiles", "50 99 100")
         tenant = RedisStreamSaver(client, prefix="stall-tenant")
         other = RedisStreamSaver(client, prefix="stall-other")
         config = _config(OTHER)
@@ -148,6 +185,8 @@ def main(argv: list[str] | None = None) -> int:
         proc = mp.Process(target=reader, args=(url, "stall-other", stop, theirs))
         proc.start()
         time.sleep(0.5)
+        if args.nice:
+            os.nice(args.nice)
         windows: list[tuple[str, float, float]] = []
 
         scripts: dict[str, str] = {}
@@ -159,28 +198,27 @@ def main(argv: list[str] | None = None) -> int:
             windows.append((label, t0, time.perf_counter()))
             # the server time of each script the operation ran (Redis 7 latency tracking)
             stat = client.info("latencystats").get("latency_percentiles_usec_evalsha", {})
-            scripts[label] = f"{stat.get('p50', 0) / 1000:.2f}/{stat.get('p99', 0) / 1000:.2f}"
+            scripts[label] = "/".join(f"{stat.get(q, 0) / 1000:.2f}" for q in QUANTILES)
 
         timed("idle", lambda: time.sleep(args.idle))
-        timed("rebuild", lambda: tenant.rebuild(BIG))
+        operations: dict[str, Callable[[], object]] = {
+            "rebuild": lambda: tenant.rebuild(BIG),
+            "verify": lambda: tenant.verify(BIG),
+            "copy_thread": lambda: tenant.copy_thread(BIG, COPY),
+            "delete_for_runs": lambda: tenant.delete_for_runs(["gone"]),
+            "prune keep_latest": lambda: tenant.prune([BIG], strategy="keep_latest"),
+            "delete_thread": lambda: tenant.delete_thread(COPY),
+        }
         same = None
-        if args.check:
-            # outside every measured window: one replay script blocks the server for seconds
-            sliced = digest(client, tenant, BIG)
-            keys = tenant._ops._replay_keys(tenant._ops.keys(BIG))
-            tenant._execute(streamsaver._ops.Eval("replay", keys, (BIG,)))
-            same = sliced == digest(client, tenant, BIG)
-        timed("idle", lambda: time.sleep(0.3))
-        timed("verify", lambda: tenant.verify(BIG))
-        timed("idle", lambda: time.sleep(0.3))
-        timed("copy_thread", lambda: tenant.copy_thread(BIG, COPY))
-        timed("idle", lambda: time.sleep(0.3))
-        timed("delete_for_runs", lambda: tenant.delete_for_runs(["gone"]))
-        timed("idle", lambda: time.sleep(0.3))
-        timed("prune keep_latest", lambda: tenant.prune([BIG], strategy="keep_latest"))
-        timed("idle", lambda: time.sleep(0.3))
-        timed("delete_thread", lambda: tenant.delete_thread(COPY))
-        timed("idle", lambda: time.sleep(0.3))
+        for name in only:
+            timed(name, operations[name])
+            if name == "rebuild" and args.check:
+                # outside every measured window: one replay script blocks the server for seconds
+                sliced = digest(client, tenant, BIG)
+                keys = tenant._ops._replay_keys(tenant._ops.keys(BIG))
+                tenant._execute(streamsaver._ops.Eval("replay", keys, (BIG,)))
+                same = sliced == digest(client, tenant, BIG)
+            timed("idle", lambda: time.sleep(0.3))
         stop.set()
         samples = mine.recv()
         proc.join()
@@ -188,8 +226,8 @@ def main(argv: list[str] | None = None) -> int:
         idle = [s for s0, s in samples for _, a, b in windows[:1] if a <= s0 < b]
         idle_p99 = pct(idle, 0.99)
         print(f"| {'while the tenant runs':<20} | {'op s':>7} | {'p50 ms':>7} | {'p99 ms':>7} "
-              f"| {'max ms':>7} | p99/idle | script p50/p99 ms |")  # fmt: skip
-        print(f"|{'-' * 22}|{'-' * 9}|{'-' * 9}|{'-' * 9}|{'-' * 9}|----------|{'-' * 19}|")
+              f"| {'max ms':>7} | p99/idle | script p50/p99/max ms |")  # fmt: skip
+        print(f"|{'-' * 22}|{'-' * 9}|{'-' * 9}|{'-' * 9}|{'-' * 9}|----------|{'-' * 23}|")
         for label, a, b in windows:
             if label == "idle" and a != windows[0][1]:
                 continue
@@ -197,8 +235,15 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"| {label:<20} | {b - a:>7.2f} | {pct(got, 0.5):>7.3f} | {pct(got, 0.99):>7.3f} "
                 f"| {max(got) * 1000:>7.1f} | {pct(got, 0.99) / idle_p99:>8.2f} "
-                f"| {scripts.get(label, '') if label != 'idle' else '':>17} |"
+                f"| {scripts.get(label, '') if label != 'idle' else '':>21} |"
             )
+            if args.timeline and label != "idle":
+                # where in the operation the waits over twice the idle p99 fell, by tenth
+                tenths = [0] * 10
+                for s0, s in samples:
+                    if a <= s0 < b and s * 1000 > 2 * idle_p99:
+                        tenths[min(9, int(10 * (s0 - a) / (b - a)))] += 1
+                print(f"|   waits > 2x idle p99, by tenth of the operation: {tenths}")
         print(f"(idle samples: {len(idle)}, median {statistics.median(idle) * 1000:.3f} ms)")
         if same is not None:
             print(f"{args.events}-event rebuild == one replay script (indexes' digest): {same}")

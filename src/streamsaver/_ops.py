@@ -101,7 +101,7 @@ _REBUILD_RESTARTS = 3
 _SLOTS_A_CALL = 1024
 # a long operation's slices by default (Operations.slice_ms, slice_pause; README, "Other
 # tenants while one runs long operations", has the measurements behind them)
-DEFAULT_SLICE_MS = 0.5
+DEFAULT_SLICE_MS = 0.25
 DEFAULT_SLICE_PAUSE = 1.0
 # how long the keys of a deleted thread, never used again, keep refusing writes that continue
 # its deleted history (lua/delete_thread.lua); a thread that uses the id again keeps that for good
@@ -700,7 +700,7 @@ class Operations:
                 f"copy_thread({source!r}, {target!r}) names one thread twice; give a new target"
             )
         src, dst = self.keys(source), self.keys(target)
-        start, copied = "-", 0
+        start, copied, fit = "-", 0, 8
         # the latest writes events seen: the parts of the checkpoints after them name their bytes
         writes: dict[str, dict[bytes, bytes]] = {}
         while True:
@@ -726,18 +726,23 @@ class Operations:
                 if page and (len(page) >= _IMPORT_EVENTS or size + weight > _IMPORT_BYTES):
                     # each import is one script: bounded in events and bytes, and it stops
                     # after slice_ms, whatever the log holds (issue 13)
-                    copied += yield from self._import(dst, page)
+                    took, fit = yield from self._import(dst, page, fit)
+                    copied += took
                     page, size = [], 0
                 page.append([2 * len(event), *(x for pair in event.items() for x in pair)])
                 size += weight
-            copied += yield from self._import(dst, page)
+            took, fit = yield from self._import(dst, page, fit)
+            copied += took
             last = entries[-1][0]
             start = "(" + _text(last)
 
     def _import(
-        self, dst: ThreadKeys, page: builtins.list[builtins.list[Field | int]]
-    ) -> Flow[int]:
-        """Append ``page``'s events to ``dst`` in slices: each call takes what fits its budget."""
+        self, dst: ThreadKeys, page: builtins.list[builtins.list[Field | int]], fit: int
+    ) -> Flow[tuple[int, int]]:
+        """Append ``page``'s events to ``dst`` in slices: each call takes what fits its budget.
+        A call is sent ``fit`` events, a few more than the last one took, not the page's rest:
+        the server converts every argument before the script starts, outside its budget, and
+        the client would encode the rest again for each call. Returns (appended, next fit)."""
         done = 0
         while done < len(page):
             args: builtins.list[Field | int] = [
@@ -745,11 +750,13 @@ class Operations:
                 self.ttl_ms,
                 f"{self.slice_ms:g}",
             ]
-            for event in page[done:]:
+            for event in page[done : done + fit]:
                 args += event
             op = Eval("import", self.appending(dst), args, write=True)
-            done += int((yield from self._slice(op)))
-        return done
+            took = int((yield from self._slice(op)))
+            done += took
+            fit = took + took // 4 + 2
+        return done, fit
 
     def _unshared(
         self,

@@ -71,9 +71,8 @@ if ARGV[5] ~= 'start' then
   if type(probe) == 'table' and probe.err then
     return {'oom', probe.err}
   end
-  -- every entry up to the snapshot still there and the same first one: only appends since
-  -- the same first entry: only appends since (a compaction or a deletion rewrites the log from
-  -- its first entry on)
+  -- the same first entry: only appends since (a compaction or a deletion rewrites the log
+  -- from its first entry on)
   if s.token ~= token or s.first ~= first_entry_id(log) then
     if s.phase == 'announce' then
       -- swapped in, then rewritten again: what rewrote it announces its own events
@@ -202,6 +201,12 @@ end
 -- by namespace ('c' .. lp(ns)), its newest live checkpoint id ('' if none): the 'early' phase's
 local newest = {}
 
+-- A phase that pages through members or events reads the clock after each one and stops
+-- there (its cursor on it): a slice overruns its budget by one unit of work, not a page.
+local function over()
+  return elapsed_ms() >= budget
+end
+
 -- One unit of work; false once the compaction is done (the new keys swapped in).
 local function step()
   if s.phase == 'records' then
@@ -211,6 +216,10 @@ local function step()
       local eid = string.sub(m, 2)
       if not id_less(base, eid) then
         redis.call('ZADD', plan, 0, by_id('1', eid))
+      end
+      if over() then
+        s.pc = m
+        return true
       end
     end
     if #page < 100 then
@@ -253,6 +262,10 @@ local function step()
       local eid = redis.call('HGET', ptr, m)
       if eid and not id_less(base, eid) then
         redis.call('ZADD', plan, 0, by_id('2', eid, m))
+      end
+      if keep <= 0 and over() then
+        s.pc = m
+        return true
       end
     end
     if #members == 0 or (keep <= 0 and #members < 100) then
@@ -303,7 +316,8 @@ local function step()
     -- writes that came before their checkpoint (compact.lua's early_writes()): newer than the
     -- newest checkpoint of their namespace, looked up once a call per namespace, so the
     -- others (nearly all of a long thread's) cost no command
-    local r = redis.call('HSCAN', ptr, s.pc, 'MATCH', 'w*', 'COUNT', 200)
+    -- a page is one unit (a cursor cannot resume inside it), a fraction of a slice
+    local r = redis.call('HSCAN', ptr, s.pc, 'MATCH', 'w*', 'COUNT', 50)
     for i = 1, #r[2], 2 do
       local name = r[2][i]
       local ns, id = split_lp(string.sub(name, 2))
@@ -355,6 +369,9 @@ local function step()
         return false
       end
       s.pc = e[1]
+      if over() then
+        return true
+      end
     end
     if #batch < 10 then
       emit_deleted(redis.call('ZRANGEBYLEX', plan, '[4', '(5'))
@@ -364,12 +381,15 @@ local function step()
     -- every event in the log is announced in its slot's feed, copies too (as compact.lua's
     -- are); events appended since the swap announced themselves
     local batch = redis.call('XRANGE', log, s.pc == '' and '-' or '(' .. s.pc, s.base,
-                             'COUNT', 100)
+                             'COUNT', 20)
     for _, e in ipairs(batch) do
       notify(feed, ARGV[1], e[1], fields_of(e[2]))
       s.pc = e[1]
+      if over() then
+        return true
+      end
     end
-    return #batch == 100
+    return #batch == 20
   end
   return true
 end
@@ -381,7 +401,7 @@ local units, going = 0, true
 while going do
   going = step()
   units = units + 1
-  if going and (units >= most or elapsed_ms() >= budget or ARGV[5] == 'start') then
+  if going and (units >= most or over() or ARGV[5] == 'start') then
     break
   end
 end

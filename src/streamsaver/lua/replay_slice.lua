@@ -8,7 +8,7 @@
 -- replayed) or scratch keys gone (expired, another rebuild) start the replay again.
 -- KEYS: log ix ptr scratch-ix scratch-ptr scratch-state (one slot)
 -- ARGV[1]: '' to start, else the id of the last event the previous slice applied
--- ARGV[2]: most events applied in this call   ARGV[3]: ms after which it stops (between batches)
+-- ARGV[2]: most events applied in this call   ARGV[3]: ms after which it stops (after an event)
 -- Returns {'more' or 'done', last event id applied, 1 if it started from the log's first
 -- event (earlier slices' counts no longer count) else 0, applied, skipped, "<id> <reason>" per
 -- event skipped (at most 100)}.
@@ -35,14 +35,9 @@ local out = {'more', ARGV[1], fresh, 0, 0}
 local applied, skipped, last, done = 0, 0, nil, false
 -- a fresh start's scratch keys are empty: no read needs to fall through to them
 sink = buffered(fresh == 0)
-while true do
-  -- small batches: the clock is read between them, so a slice overruns its budget by little
-  local want = math.min(10, most - applied - skipped)
-  if last and (want <= 0 or elapsed_ms() >= budget) then
-    break
-  end
-  want = math.max(want, 1)
-  local batch = redis.call('XRANGE', log, start, '+', 'COUNT', want)
+local stop = false
+while not stop do
+  local batch = redis.call('XRANGE', log, start, '+', 'COUNT', 10)
   for _, e in ipairs(batch) do
     local ok, why = apply(log, sx, sp, e[1], fields_of(e[2]))
     if ok then
@@ -54,8 +49,13 @@ while true do
       end
     end
     last = e[1]
+    -- the clock is read after each event: a slice overruns its budget by one event at most
+    if applied + skipped >= most or elapsed_ms() >= budget then
+      stop = true
+      break
+    end
   end
-  if #batch < want then
+  if not stop and #batch < 10 then
     done = true
     break
   end

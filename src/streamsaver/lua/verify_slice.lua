@@ -48,12 +48,16 @@ local function spent()
   units = units + 1
   return units >= most or elapsed_ms() >= budget
 end
+-- read after each event or index member, so a slice overruns its budget by one, not a page
+local function late()
+  return elapsed_ms() >= budget
+end
 
 -- replay what the scratch keys lack; true once they hold the whole log
 local function catch_up()
   sink = buffered(true)
-  local done = false
-  while true do
+  local done, stop = false, false
+  while not stop do
     local batch = redis.call('XRANGE', log, s.at == '' and '-' or '(' .. s.at, '+', 'COUNT', 10)
     for _, e in ipairs(batch) do
       local ok, why = apply(log, sx, sp, e[1], fields_of(e[2]))
@@ -63,14 +67,16 @@ local function catch_up()
         out[4] = out[4] + 1
       end
       s.at = e[1]
+      stop = late()
+      if stop then
+        break
+      end
     end
-    if #batch < 10 then
+    if not stop and #batch < 10 then
       done = true
       break
     end
-    if spent() then
-      break
-    end
+    stop = stop or spent()
   end
   sink.flush({[sx] = true})
   sink = direct
@@ -107,6 +113,9 @@ local function step()
     for _, e in ipairs(batch) do
       check(e[1], fields_of(e[2]))
       s.pc = e[1]
+      if late() then
+        return
+      end
     end
     if #batch < 10 then
       if s.trimmed == '' then
@@ -131,10 +140,16 @@ local function step()
       if not redis.call('ZSCORE', other, m) then
         out[#out + 1] = kind .. m
       end
+      if late() then
+        s.pc = m
+        return
+      end
     end
     more = #page == 100 and page[#page]
   else
-    local r = redis.call('HSCAN', this, s.pc == '' and '0' or s.pc, 'COUNT', 100)
+    -- a page is one unit (a cursor cannot resume inside it): small enough to cost a fraction
+    -- of a slice
+    local r = redis.call('HSCAN', this, s.pc == '' and '0' or s.pc, 'COUNT', 20)
     for i = 1, #r[2], 2 do
       local k, v = r[2][i], r[2][i + 1]
       local theirs = redis.call('HGET', other, k) or nil
