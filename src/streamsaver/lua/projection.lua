@@ -37,11 +37,21 @@ local function buffered(layered)
     end
     return t
   end
+  -- a removal over earlier slices' keys is kept as false, to be written out; over empty keys
+  -- it only forgets what this call buffered (`layered and false or nil` would always be nil:
+  -- a later slice's removals were lost, and a rebuild kept what a later event removed)
+  local function gone(key, m)
+    if layered then
+      of(key)[m] = false
+    else
+      of(key)[m] = nil
+    end
+  end
   local b = {
     zadd = function(key, m) of(key)[m] = '' end,
-    zrem = function(key, m) of(key)[m] = layered and false or nil end,
+    zrem = gone,
     hset = function(key, k, v) of(key)[k] = v end,
-    hdel = function(key, k) of(key)[k] = layered and false or nil end,
+    hdel = gone,
   }
   function b.hget(key, k)
     local v = of(key)[k]

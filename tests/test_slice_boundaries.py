@@ -1,7 +1,8 @@
-"""A slice stops at the first event or index member that ends past its budget (issue 13): the
-server is held one unit of work past ``slice_ms``, not a page of them. With a budget nothing
-fits in, every slice does exactly one unit, and resuming inside a page still gives what one
-script gives."""
+"""Where slices end (issue 13). A slice stops at the first event or index member that ends
+past its budget: the server is held one unit of work past ``slice_ms``, not a page of them.
+With a budget nothing fits in, every slice does exactly one unit, resuming inside a page still
+gives what one script gives, and what a later slice removes from what an earlier one wrote
+is removed."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import redis
 from streamsaver import RedisStreamSaver
 from streamsaver._keys import thread_keys
 from streamsaver._ops import Eval
-from tests.test_deletion import history
+from tests.test_deletion import history, put
 from tests.test_slices import (
     counting,
     fill,
@@ -116,3 +117,22 @@ def test_a_copy_sends_each_import_a_few_events_more_than_the_last_one_took(
     # page's rest (up to 50)
     assert sent[0] == 8
     assert max(sent[1:]) == 3
+
+
+def test_a_later_slice_removes_what_an_earlier_one_wrote(
+    sync_saver: RedisStreamSaver, redis_client: redis.Redis
+) -> None:
+    # a deleted thread's mark ('d'), written by one slice and removed by the next put's, in
+    # another slice: a rebuild that kept it refused every write to the thread used again
+    history(sync_saver, 3)
+    sync_saver.delete_thread("t")
+    configs = history(sync_saver, 3)
+    big = one_script(sync_saver, "t")
+    expected = indexes(redis_client, sync_saver, "t")
+    assert b"d" not in expected[1]
+    sync_saver._ops.slice_events = 1
+    assert sync_saver.rebuild("t") == big
+    assert indexes(redis_client, sync_saver, "t") == expected
+    assert sync_saver.verify("t")[2] == []
+    history_after = put(sync_saver, configs[-1], 3)
+    assert sync_saver.get_tuple(history_after) is not None
