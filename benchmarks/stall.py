@@ -28,6 +28,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from typing import Any
 
 import redis
@@ -39,14 +40,14 @@ from streamsaver.embedded import EmbeddedRedis
 BIG, COPY, OTHER = "big", "big-copy", "other"
 # the scripts' server time reported (INFO latencystats)
 QUANTILES = ("p50", "p99", "p100")
-# --only's names, in the order they run
-OPERATIONS = {
-    "rebuild": "rebuild",
-    "verify": "verify",
-    "copy_thread": "copy_thread",
-    "delete_for_runs": "delete_for_runs",
-    "prune": "prune keep_latest",
-    "delete_thread": "delete_thread",
+# by --only's name, in the order they run: the operation's label and what it runs
+OPERATIONS: dict[str, tuple[str, Callable[[RedisStreamSaver], object]]] = {
+    "rebuild": ("rebuild", lambda tenant: tenant.rebuild(BIG)),
+    "verify": ("verify", lambda tenant: tenant.verify(BIG)),
+    "copy_thread": ("copy_thread", lambda tenant: tenant.copy_thread(BIG, COPY)),
+    "delete_for_runs": ("delete_for_runs", lambda tenant: tenant.delete_for_runs(["gone"])),
+    "prune": ("prune keep_latest", lambda tenant: tenant.prune([BIG], strategy="keep_latest")),
+    "delete_thread": ("delete_thread", lambda tenant: tenant.delete_thread(COPY)),
 }
 
 
@@ -159,7 +160,6 @@ def main(argv: list[str] | None = None) -> int:
     chosen = set((args.only or ",".join(OPERATIONS)).split(","))
     if chosen - set(OPERATIONS):
         parser.error(f"--only {args.only!r}: give names of {', '.join(OPERATIONS)}")
-    only = [label for name, label in OPERATIONS.items() if name in chosen]
     print(f"streamsaver from {streamsaver.__file__}", file=sys.stderr)
     with _server(args.url) as url, redis.Redis.from_url(url, socket_timeout=900) as client:
         client.config_set("busy-reply-threshold", 600_000)
@@ -201,17 +201,11 @@ def main(argv: list[str] | None = None) -> int:
             scripts[label] = "/".join(f"{stat.get(q, 0) / 1000:.2f}" for q in QUANTILES)
 
         timed("idle", lambda: time.sleep(args.idle))
-        operations: dict[str, Callable[[], object]] = {
-            "rebuild": lambda: tenant.rebuild(BIG),
-            "verify": lambda: tenant.verify(BIG),
-            "copy_thread": lambda: tenant.copy_thread(BIG, COPY),
-            "delete_for_runs": lambda: tenant.delete_for_runs(["gone"]),
-            "prune keep_latest": lambda: tenant.prune([BIG], strategy="keep_latest"),
-            "delete_thread": lambda: tenant.delete_thread(COPY),
-        }
         same = None
-        for name in only:
-            timed(name, operations[name])
+        for name, (label, run) in OPERATIONS.items():
+            if name not in chosen:
+                continue
+            timed(label, partial(run, tenant))
             if name == "rebuild" and args.check:
                 # outside every measured window: one replay script blocks the server for seconds
                 sliced = digest(client, tenant, BIG)

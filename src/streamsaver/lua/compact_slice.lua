@@ -202,12 +202,6 @@ end
 -- by namespace ('c' .. lp(ns)), its newest live checkpoint id ('' if none): the 'early' phase's
 local newest = {}
 
--- A phase that pages through members or events reads the clock after each one and stops
--- there (its cursor on it): a slice overruns its budget by one unit of work, not a page.
-local function over()
-  return elapsed_ms() >= budget
-end
-
 -- One unit of work; false once the compaction is done (the new keys swapped in).
 local function step()
   if s.phase == 'records' then
@@ -218,7 +212,7 @@ local function step()
       if not id_less(base, eid) then
         redis.call('ZADD', plan, 0, by_id('1', eid))
       end
-      if over() then
+      if over(budget) then
         s.pc = m
         return true
       end
@@ -264,7 +258,7 @@ local function step()
       if eid and not id_less(base, eid) then
         redis.call('ZADD', plan, 0, by_id('2', eid, m))
       end
-      if keep <= 0 and over() then
+      if keep <= 0 and over(budget) then
         s.pc = m
         return true
       end
@@ -370,7 +364,7 @@ local function step()
         return false
       end
       s.pc = e[1]
-      if over() then
+      if over(budget) then
         return true
       end
     end
@@ -386,7 +380,7 @@ local function step()
     for _, e in ipairs(batch) do
       notify(feed, ARGV[1], e[1], fields_of(e[2]))
       s.pc = e[1]
-      if over() then
+      if over(budget) then
         return true
       end
     end
@@ -402,7 +396,7 @@ local units, going = 0, true
 while going do
   going = step()
   units = units + 1
-  if going and (units >= most or over() or ARGV[5] == 'start') then
+  if going and (units >= most or over(budget) or ARGV[5] == 'start') then
     break
   end
 end

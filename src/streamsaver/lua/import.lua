@@ -12,7 +12,7 @@
 -- a copy into a deleted thread's id is a thread of its own (projection.lua's reuse_deleted())
 local deleted = redis.call('HEXISTS', KEYS[3], 'd') == 1
 local i, n, budget = 5, 0, tonumber(ARGV[4])
-while i <= #ARGV and (n == 0 or elapsed_ms() < budget) do
+while i <= #ARGV and (n == 0 or not over(budget)) do
   local count = tonumber(ARGV[i])
   local ev = {}
   for j = 1, count do

@@ -49,8 +49,7 @@ while not stop do
       end
     end
     last = e[1]
-    -- the clock is read after each event: a slice overruns its budget by one event at most
-    if applied + skipped >= most or elapsed_ms() >= budget then
+    if applied + skipped >= most or over(budget) then
       stop = true
       break
     end

@@ -4,11 +4,18 @@
 
 local slice_t0 = redis.call('TIME')
 
--- Milliseconds since this call started: a slice stops once it has spent its budget.
+-- Milliseconds since this call started.
 local function elapsed_ms()
   local t = redis.call('TIME')
   return (tonumber(t[1]) - tonumber(slice_t0[1])) * 1000 +
     (tonumber(t[2]) - tonumber(slice_t0[2])) / 1000
+end
+
+-- Whether this call has spent its budget (ms). The sliced loops ask after each event or index
+-- member and stop there, their cursor on it: a slice overruns its budget by one unit of work,
+-- not a page of them.
+local function over(budget)
+  return elapsed_ms() >= budget
 end
 
 local function first_entry_id(key)

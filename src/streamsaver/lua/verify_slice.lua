@@ -46,11 +46,7 @@ local out = {'more', fresh, 0, 0}
 local units = 0
 local function spent()
   units = units + 1
-  return units >= most or elapsed_ms() >= budget
-end
--- read after each event or index member, so a slice overruns its budget by one, not a page
-local function late()
-  return elapsed_ms() >= budget
+  return units >= most or over(budget)
 end
 
 -- replay what the scratch keys lack; true once they hold the whole log
@@ -67,7 +63,7 @@ local function catch_up()
         out[4] = out[4] + 1
       end
       s.at = e[1]
-      stop = late()
+      stop = over(budget)
       if stop then
         break
       end
@@ -113,7 +109,7 @@ local function step()
     for _, e in ipairs(batch) do
       check(e[1], fields_of(e[2]))
       s.pc = e[1]
-      if late() then
+      if over(budget) then
         return
       end
     end
@@ -140,7 +136,7 @@ local function step()
       if not redis.call('ZSCORE', other, m) then
         out[#out + 1] = kind .. m
       end
-      if late() then
+      if over(budget) then
         s.pc = m
         return
       end
