@@ -167,6 +167,32 @@ def test_checkpoints_delete_for_runs_removed_cannot_be_continued(
     ]
 
 
+@pytest.mark.parametrize("projected_before_m", [False, True])
+def test_delete_thread_refuses_the_newest_checkpoint_delete_for_runs_removed(
+    sync_saver: RedisStreamSaver, redis_client: redis.Redis, projected_before_m: bool
+) -> None:
+    """The thread's greatest deleted checkpoint id is kept in ptr as 'm' (delete_thread reads
+    it instead of every delete record: 2,500 records held the server 6.4 ms at 1,000,000
+    events). Indexes projected before 'm' existed lack it: verify does not call that damage,
+    and delete_thread then reads the records."""
+    first = put(sync_saver, None, 0, run="keep")
+    doomed = [put(sync_saver, first, 1, run="doomed")]
+    doomed.append(put(sync_saver, doomed[-1], 2, run="doomed"))
+    sync_saver.delete_for_runs(["doomed"])
+    ptr = thread_keys(sync_saver.prefix, "t").ptr
+    newest = doomed[-1]["configurable"]["checkpoint_id"].encode()
+    assert redis_client.hget(ptr, "m") == newest
+    sync_saver.rebuild("t")
+    assert redis_client.hget(ptr, "m") == newest
+    if projected_before_m:
+        redis_client.hdel(ptr, "m")
+    assert sync_saver.verify("t")[2] == []
+    sync_saver.delete_thread("t")
+    put(sync_saver, None, 0)  # the id is used again
+    for stale in doomed:
+        assert_refused(sync_saver, redis_client, stale)
+
+
 def test_a_copy_into_a_deleted_id_is_a_live_thread(
     sync_saver: RedisStreamSaver, redis_client: redis.Redis
 ) -> None:

@@ -17,6 +17,8 @@
 --                  "v" .. lp(ns) .. lp(checkpoint_id) .. i   -> the i-th, and
 --                  "u" .. lp(ns) .. lp(checkpoint_id) .. lp(task) .. idx -> its i (pending_writes())
 --                  "h" -> the dg of the log's last entry, if it has one (see append_event())
+--                  "x" .. lp(ns) .. checkpoint_id, "m", "g", "d": what deletions left
+--                      (projection.lua's apply_delete and apply_thread_deleted)
 --   KEYS[4] feed (scripts that append: append, import, delete_runs, compact) stream of
 --                pointers to the appended events, shared by the threads of one cluster slot
 --                (see notify() below and streamsaver/_feed.py); their ARGV[1] is its MAXLEN,

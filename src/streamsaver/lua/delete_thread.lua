@@ -17,7 +17,8 @@ if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('HEXISTS', KEYS[3], 'd') == 
 end
 -- Everything is read before the first write, an UNLINK: on a server out of memory Redis refuses a
 -- script whose first write may grow memory, not one that starts by freeing it.
-local upto = redis.call('HGET', KEYS[3], 'g') or ''
+local marks = redis.call('HMGET', KEYS[3], 'g', 'm')
+local upto = marks[1] or ''
 local function seen(id)
   if bytes_lt(upto, id) then
     upto = id
@@ -47,10 +48,14 @@ while true do
   seen(id)
   from = '[' .. ns_end
 end
--- checkpoints delete_for_runs removed may be the newest: its records name them (and say
--- which is the greatest since 'upto'; earlier ones are unpacked)
+-- checkpoints delete_for_runs removed may be the newest: its records name them. 'm' holds the
+-- greatest; indexes projected before 'm' existed lack it, and then every record is read (each
+-- says its greatest as 'upto'; earlier ones are unpacked)
 local cache = {}
-for _, m in ipairs(redis.call('ZRANGEBYLEX', KEYS[2], '[e', '[e\255')) do
+if marks[2] then
+  seen(marks[2])
+end
+for _, m in ipairs(marks[2] and {} or redis.call('ZRANGEBYLEX', KEYS[2], '[e', '[e\255')) do
   local f = entry_fields(KEYS[1], string.sub(m, 2), cache)
   if f and f.k == 'delete' and type(f.upto) == 'string' then
     seen(f.upto)

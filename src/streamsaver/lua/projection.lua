@@ -401,8 +401,14 @@ local function deleted_event(thread, items, runs)
           'runs', cmsgpack.pack(runs), 'upto', upto}
 end
 
+-- Besides each named checkpoint's 'x' mark, 'm': the greatest checkpoint id the thread's
+-- records named (by bytes), so delete_thread.lua reads one field, not every record.
 local function apply_delete(log, ix, ptr, id, f, items)
+  local greatest = sink.hget(ptr, 'm') or ''
   for i = 1, #items, 2 do
+    if bytes_lt(greatest, items[i + 1]) then
+      greatest = items[i + 1]
+    end
     local p = lp(items[i])
     local member = 'c' .. p .. items[i + 1]
     local eid = sink.hget(ptr, member)
@@ -421,6 +427,9 @@ local function apply_delete(log, ix, ptr, id, f, items)
     -- a worker that still holds it must not continue it (append.lua). Set last: freeing
     -- first lets delete_runs.lua run on a server out of memory (delete_thread.lua)
     sink.hset(ptr, 'x' .. p .. items[i + 1], id)
+  end
+  if greatest ~= '' then
+    sink.hset(ptr, 'm', greatest)
   end
   -- channel values stay: later checkpoints may still read them
 end

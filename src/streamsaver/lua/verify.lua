@@ -71,7 +71,7 @@ if ARGV[1] ~= 'refs' then
   local live, rebuilt = as_set(redis.call('HGETALL', KEYS[3]), 2),
       as_set(redis.call('HGETALL', KEYS[5]), 2)
   for k in pairs(rebuilt) do
-    if live[k] == nil and not behind_writes(k) then
+    if live[k] == nil and not may_lack(k) then
       out[#out + 1] = 'ptr missing ' .. k
     end
   end

@@ -154,7 +154,7 @@ local function step()
         if problem then
           out[#out + 1] = 'ptr ' .. problem .. ' ' .. k
         end
-      elseif not theirs and not behind_writes(k) then
+      elseif not theirs and not may_lack(k) then
         out[#out + 1] = kind .. k
       end
     end
