@@ -5,11 +5,13 @@
 Builds a thread of ``--events`` events (a checkpoint and its writes per step, copies of events
 the real writer made, appended with pipelined XADD, then indexed by a rebuild), while another
 tenant (another prefix, another process) reads its latest checkpoint with ``get_tuple`` in a
-loop. Reports that tenant's get_tuple p50/p99 while idle and while the first tenant, in turn,
-rebuilds the thread, verifies it, copies it, deletes a run's checkpoints (every tenth step's:
-delete_for_runs), prunes it (keep_latest) and deletes the copy, with each
-operation's total time. Redis runs one script at a time: an operation that is one script over
-the whole thread holds every tenant for as long as it runs.
+loop. Reports that tenant's get_tuple p50/p99 while idle, beside two floors (the first
+tenant's process busy without Redis, and running scripts that each hold the server for exactly
+one slice's budget), and while the first tenant, in turn, rebuilds the thread, verifies it,
+copies it, deletes a run's checkpoints (every tenth step's: delete_for_runs), prunes it
+(keep_latest) and deletes the copy, with each operation's total time. Redis runs one script
+at a time: an operation that is one script over the whole thread holds every tenant for as
+long as it runs.
 
 Run it once per implementation to compare (the sources first on PYTHONPATH are the ones
 measured), e.g. ``PYTHONPATH=/work/main/src`` (one big script) against this tree's ``src``.
@@ -38,10 +40,42 @@ from streamsaver import RedisStreamSaver
 from streamsaver.embedded import EmbeddedRedis
 
 BIG, COPY, OTHER = "big", "big-copy", "other"
+FLOOR_SECONDS = 10.0
+# a script that holds the server for ARGV[1] ms and does nothing else
+SPIN = """local t0 = redis.call('TIME')
+repeat
+  local t = redis.call('TIME')
+until (t[1] - t0[1]) * 1000 + (t[2] - t0[2]) / 1000 >= tonumber(ARGV[1])"""
 # the scripts' server time reported (INFO latencystats)
 QUANTILES = ("p50", "p99", "p100")
-# by --only's name, in the order they run: the operation's label and what it runs
+
+
+def ideal_slices(tenant: RedisStreamSaver) -> None:
+    """The floor: scripts that each hold the server for exactly ``slice_ms`` and do nothing
+    else, back to back from the tenant's process, for FLOOR_SECONDS. No operation in slices of
+    that budget can cost the other tenant less on this machine: what the operations cost above
+    it is theirs (overruns, their client's CPU), what this costs is the slicing itself and the
+    machine's scheduling."""
+    spin = tenant.client.register_script(SPIN)
+    budget = tenant._ops.slice_ms  # type: ignore[attr-defined, unused-ignore]
+    end = time.perf_counter() + FLOOR_SECONDS
+    while time.perf_counter() < end:
+        spin(args=[budget])
+
+
+def busy(tenant: RedisStreamSaver) -> None:
+    """The tenant's process burning CPU for FLOOR_SECONDS, no Redis: what the machine's
+    scheduling alone costs the other tenant when one more process is busy."""
+    end = time.perf_counter() + FLOOR_SECONDS
+    while time.perf_counter() < end:
+        pass
+
+
+# by --only's name, in the order they run: the operation's label and what it runs; the floors
+# first
 OPERATIONS: dict[str, tuple[str, Callable[[RedisStreamSaver], object]]] = {
+    "busy": ("floor: a busy process", busy),
+    "ideal_slices": ("floor: ideal slices", ideal_slices),
     "rebuild": ("rebuild", lambda tenant: tenant.rebuild(BIG)),
     "verify": ("verify", lambda tenant: tenant.verify(BIG)),
     "copy_thread": ("copy_thread", lambda tenant: tenant.copy_thread(BIG, COPY)),
@@ -219,15 +253,15 @@ def main(argv: list[str] | None = None) -> int:
 
         idle = [s for s0, s in samples for _, a, b in windows[:1] if a <= s0 < b]
         idle_p99 = pct(idle, 0.99)
-        print(f"| {'while the tenant runs':<20} | {'op s':>7} | {'p50 ms':>7} | {'p99 ms':>7} "
+        print(f"| {'while the tenant runs':<24} | {'op s':>7} | {'p50 ms':>7} | {'p99 ms':>7} "
               f"| {'max ms':>7} | p99/idle | script p50/p99/max ms |")  # fmt: skip
-        print(f"|{'-' * 22}|{'-' * 9}|{'-' * 9}|{'-' * 9}|{'-' * 9}|----------|{'-' * 23}|")
+        print(f"|{'-' * 26}|{'-' * 9}|{'-' * 9}|{'-' * 9}|{'-' * 9}|----------|{'-' * 23}|")
         for label, a, b in windows:
             if label == "idle" and a != windows[0][1]:
                 continue
             got = [s for s0, s in samples if a <= s0 < b] or [0.0]
             print(
-                f"| {label:<20} | {b - a:>7.2f} | {pct(got, 0.5):>7.3f} | {pct(got, 0.99):>7.3f} "
+                f"| {label:<24} | {b - a:>7.2f} | {pct(got, 0.5):>7.3f} | {pct(got, 0.99):>7.3f} "
                 f"| {max(got) * 1000:>7.1f} | {pct(got, 0.99) / idle_p99:>8.2f} "
                 f"| {scripts.get(label, '') if label != 'idle' else '':>21} |"
             )
