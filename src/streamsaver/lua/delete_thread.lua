@@ -54,16 +54,17 @@ end
 local cache = {}
 if marks[2] then
   seen(marks[2])
-end
-for _, m in ipairs(marks[2] and {} or redis.call('ZRANGEBYLEX', KEYS[2], '[e', '[e\255')) do
-  local f = entry_fields(KEYS[1], string.sub(m, 2), cache)
-  if f and f.k == 'delete' and type(f.upto) == 'string' then
-    seen(f.upto)
-  elseif f and f.k == 'delete' then
-    local ok, items = pcall(cmsgpack.unpack, f.items or '\144')
-    for i = 2, ok and type(items) == 'table' and #items or 0, 2 do
-      if type(items[i]) == 'string' then
-        seen(items[i])
+else
+  for _, m in ipairs(redis.call('ZRANGEBYLEX', KEYS[2], '[e', '[e\255')) do
+    local f = entry_fields(KEYS[1], string.sub(m, 2), cache)
+    if f and f.k == 'delete' and type(f.upto) == 'string' then
+      seen(f.upto)
+    elseif f and f.k == 'delete' then
+      local ok, items = pcall(cmsgpack.unpack, f.items or '\144')
+      for i = 2, ok and type(items) == 'table' and #items or 0, 2 do
+        if type(items[i]) == 'string' then
+          seen(items[i])
+        end
       end
     end
   end

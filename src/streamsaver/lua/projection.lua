@@ -388,27 +388,29 @@ local function check_delete(f)
   return items
 end
 
+-- The greatest checkpoint id (by bytes) that `items` ({ns, checkpoint id, ...}) name, or
+-- `floor` if none is greater.
+local function greatest_id(items, floor)
+  local greatest = floor
+  for i = 2, #items, 2 do
+    if bytes_lt(greatest, items[i]) then
+      greatest = items[i]
+    end
+  end
+  return greatest
+end
+
 -- The 'delete' event naming `items` ({ns, checkpoint id, ...}) of thread `thread`, of `runs`.
 -- 'upto', the greatest id among them, spares delete_thread.lua unpacking every record.
 local function deleted_event(thread, items, runs)
-  local upto = ''
-  for i = 2, #items, 2 do
-    if bytes_lt(upto, items[i]) then
-      upto = items[i]
-    end
-  end
   return {'k', 'delete', 'sv', tostring(SCHEMA), 'thread', thread, 'items', cmsgpack.pack(items),
-          'runs', cmsgpack.pack(runs), 'upto', upto}
+          'runs', cmsgpack.pack(runs), 'upto', greatest_id(items, '')}
 end
 
 -- Besides each named checkpoint's 'x' mark, 'm': the greatest checkpoint id the thread's
 -- records named (by bytes), so delete_thread.lua reads one field, not every record.
 local function apply_delete(log, ix, ptr, id, f, items)
-  local greatest = sink.hget(ptr, 'm') or ''
   for i = 1, #items, 2 do
-    if bytes_lt(greatest, items[i + 1]) then
-      greatest = items[i + 1]
-    end
     local p = lp(items[i])
     local member = 'c' .. p .. items[i + 1]
     local eid = sink.hget(ptr, member)
@@ -428,6 +430,7 @@ local function apply_delete(log, ix, ptr, id, f, items)
     -- first lets delete_runs.lua run on a server out of memory (delete_thread.lua)
     sink.hset(ptr, 'x' .. p .. items[i + 1], id)
   end
+  local greatest = greatest_id(items, sink.hget(ptr, 'm') or '')
   if greatest ~= '' then
     sink.hset(ptr, 'm', greatest)
   end
