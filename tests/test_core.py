@@ -10,7 +10,8 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 import streamsaver
 from streamsaver import UnsupportedServerError
 from streamsaver._codec import Codec
-from streamsaver._ops import Call, Operations, server_version
+from streamsaver._flow import Call
+from streamsaver._ops import Operations, server_version
 
 
 def _ops() -> Operations:

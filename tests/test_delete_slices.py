@@ -14,8 +14,8 @@ import redis
 
 from streamsaver import RedisStreamSaver
 from streamsaver._errors import InvalidInputError, ThreadDeletedError
+from streamsaver._flow import Eval
 from streamsaver._keys import compact_keys, thread_keys
-from streamsaver._ops import Eval
 from tests.test_deletion import put, visible
 from tests.test_slices import finish, reads, restore, snapshot
 

@@ -164,7 +164,7 @@ def test_delete_for_runs_refuses_an_ancestor_a_checkpoint_put_after_its_check_re
 ) -> None:
     """The DeltaChannel check runs in slices before the delete event is appended: a checkpoint
     put between them that reads a deleted run's writes is checked by the append itself."""
-    from streamsaver._ops import Eval
+    from streamsaver._flow import Eval
 
     graph = build(sync_saver)
     for i in range(3):

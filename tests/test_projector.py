@@ -16,8 +16,8 @@ import redis
 
 from streamsaver import RedisStreamSaver
 from streamsaver._feed import slot_of
+from streamsaver._flow import Eval
 from streamsaver._keys import thread_keys
-from streamsaver._ops import Eval
 from streamsaver._projection import slot_keys
 
 from .test_cli import ROOT

@@ -14,8 +14,9 @@ import redis
 
 from streamsaver import RedisStreamSaver
 from streamsaver._errors import InvalidInputError
+from streamsaver._flow import Each, Eval, Pause
 from streamsaver._keys import compact_keys, rebuild_keys, scratch_keys, thread_keys, verify_keys
-from streamsaver._ops import TOMBSTONE_MS, Each, Eval, Pause, Replay
+from streamsaver._ops import TOMBSTONE_MS, Replay
 from tests.test_deletion import history, put, visible
 from tests.test_saver import generate_config
 
@@ -580,7 +581,7 @@ def test_a_copy_import_stops_at_its_budget_and_sends_the_rest_again(
     assert [t.checkpoint for t in sync_saver.list(generate_config("t2"))] == expected
 
 
-def test_each_slice_is_followed_by_a_pause_as_long_as_it_took_times_slice_pause(
+def test_each_slice_is_followed_by_a_pause_as_long_as_it_was_busy_times_slice_pause(
     sync_saver: RedisStreamSaver,
 ) -> None:
     history(sync_saver, 30)

@@ -18,9 +18,9 @@ from redis.exceptions import NoScriptError, ResponseError
 
 from streamsaver import AsyncRedisStreamSaver, RedisStreamSaver
 from streamsaver._durability import Durability, DurabilityError
+from streamsaver._flow import Call, Eval
 from streamsaver._moves import Moves
 from streamsaver._multiplex import Link
-from streamsaver._ops import Call, Eval
 from streamsaver._pipelining import AutoPipeline
 from streamsaver._transport import (
     Durably,

@@ -90,8 +90,8 @@ def _check_slices(slice_ms: object, slice_pause: object) -> tuple[float, float]:
         )
     if pause is None or pause < 0:
         raise InvalidInputError(
-            f"slice_pause={slice_pause!r}: give a number >= 0, how many times as long as a "
-            f"slice took a long operation waits after it (0: no pause)"
+            f"slice_pause={slice_pause!r}: give a number >= 0, how many times as long as it "
+            f"was busy a long operation waits after each slice (0: no pause)"
         )
     return budget, pause
 

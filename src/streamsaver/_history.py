@@ -19,8 +19,9 @@ from langgraph.checkpoint.base import DeltaChannelHistory, PendingWrite, writes_
 from ._codec import _ABSENT
 from ._config import target_of
 from ._errors import CorruptIndexError, InvalidInputError
+from ._flow import Eval, Flow
 from ._keys import lp
-from ._ops import Eval, Flow, Operations
+from ._ops import Operations
 
 __all__ = ["delta_channel_history"]
 

@@ -15,8 +15,8 @@ import builtins
 from typing import NamedTuple
 
 from ._feed import SLOT_KINDS, SLOTS, slot_key, slot_of, slot_tag, threads_key
+from ._flow import Call, Each, Flow, ScanLogs
 from ._keys import log_pattern, thread_id_of
-from ._ops import Call, Each, Flow, ScanLogs
 
 __all__ = ["Migrated", "migrate_keys", "old_slot_key", "reindex_threads"]
 

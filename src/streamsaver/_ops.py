@@ -1,10 +1,10 @@
 """Every saver operation, written once, as a generator of Redis operations.
 
 An operation yields ``Eval`` / ``Call`` / ``ScanLogs`` values and is sent back their replies; list
-operations also yield ``Emit`` items for the caller. The sync and async savers only drive these
-generators (``drive`` / ``adrive`` below), so key building, encoding, validation and decoding
-live here, free of I/O. A generator runs nothing until first driven, and validates before its
-first yield: bad input raises before anything reaches Redis.
+operations also yield ``Emit`` items for the caller (the steps and the loops that drive them:
+``_flow``). The sync and async savers only drive these generators, so key building,
+encoding, validation and decoding live here, free of I/O. A generator runs nothing until first
+driven, and validates before its first yield: bad input raises before anything reaches Redis.
 """
 
 from __future__ import annotations
@@ -12,19 +12,13 @@ from __future__ import annotations
 import builtins
 import re
 import secrets
-import time
 import warnings
 from collections.abc import (
-    AsyncIterator,
-    Awaitable,
     Callable,
-    Generator,
-    Iterable,
     Iterator,
     Sequence,
 )
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import ormsgpack
 from langchain_core.runnables import RunnableConfig
@@ -50,6 +44,17 @@ from ._errors import (
     UnsupportedServerError,
 )
 from ._feed import DEFAULT_FEED_MAXLEN, SLOTS, audit_of_log, feed_of_log, slot_of, threads_key
+from ._flow import (
+    Call,
+    Each,
+    Emit,
+    Entry,
+    Eval,
+    Flow,
+    Items,
+    ListFlow,
+    Pace,
+)
 from ._stream_ids import is_entry_id
 
 if TYPE_CHECKING:
@@ -64,37 +69,21 @@ from ._keys import (
     verify_keys,
 )
 from ._nodes import SendTargets, send_index, send_target, send_targets
+from ._pages import LogPages
 
 __all__ = [
-    "Call",
-    "Each",
-    "Emit",
-    "Entry",
-    "Eval",
-    "Items",
     "Operations",
-    "Pause",
     "Replay",
-    "ScanLogs",
-    "adrive",
-    "aiterate",
-    "consume",
-    "drive",
-    "expand_items",
-    "iterate",
     "threads_by_slot",
 ]
 
-T = TypeVar("T")
-E = TypeVar("E")
-F = TypeVar("F")
 MIN_SERVER = (6, 2)
 _PAGE = 100
-_COPY_BATCH = 200
+# the writes events copy_thread keeps at hand for the checkpoints after them to name
+_WRITES_KEPT = 200
 # one import script's most events and bytes (copy_thread)
 _IMPORT_EVENTS = 50
 _IMPORT_BYTES = 256 * 1024
-_LOG_PAGE = 500
 # slices of a rebuild that found its log rewritten under it before it gives up slicing
 _REBUILD_RESTARTS = 3
 # slot indexes one slot_threads call reads on a standalone server (~0.6 ms of server time)
@@ -114,144 +103,6 @@ class Replay(NamedTuple):
     applied: int
     skipped: int
     problems: builtins.list[str]
-
-
-@dataclass(frozen=True, slots=True)
-class Eval:
-    """Run one of the scripts in ``_scripts.SOURCES``."""
-
-    script: str
-    keys: Sequence[str]
-    args: Sequence[Field | int]
-    write: bool = False  # a durability mode waits after it
-
-
-@dataclass(frozen=True, slots=True)
-class Call:
-    """Run one plain command."""
-
-    args: tuple[Field | int, ...]
-    write: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class ScanLogs:
-    """Every key matching ``pattern`` on every primary (SCAN: only ``migrate_keys``, an admin's
-    job; no tenant's operation scans)."""
-
-    pattern: str
-
-
-@dataclass(frozen=True, slots=True)
-class Each:
-    """Several ``Eval``/``Call`` pipelined (one round trip per node, off the hot path). The
-    reply is a list in order, with a server error as an exception value in its place."""
-
-    ops: tuple[Eval | Call, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Pause:
-    """Wait ``seconds`` before the next operation, sending nothing (``Operations.slice_pause``:
-    the pace of a long operation's slices)."""
-
-    seconds: float
-
-
-@dataclass(frozen=True, slots=True)
-class Emit(Generic[E]):
-    item: E
-
-
-Op = Eval | Call | ScanLogs | Each
-Step = Op | Pause
-Flow = Generator[Step, Any, T]
-Items = Generator[Step | Emit[E], Any, None]
-ListFlow = Items[CheckpointTuple]
-Entry = tuple[str, list[tuple[bytes, bytes]]]
-"""A log entry: its id and its fields in stored order."""
-
-
-def drive(flow: Flow[T], execute: Callable[[Step], Any]) -> T:
-    reply: Any = None
-    try:
-        while True:
-            reply = execute(flow.send(reply))
-    except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
-
-
-async def adrive(flow: Flow[T], execute: Callable[[Step], Awaitable[Any]]) -> T:
-    reply: Any = None
-    try:
-        while True:
-            reply = await execute(flow.send(reply))
-    except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
-
-
-def iterate(flow: Items[E], execute: Callable[[Step], Any]) -> Iterator[E]:
-    reply: Any = None
-    while True:
-        try:
-            step = flow.send(reply)
-        except StopIteration:
-            return
-        if isinstance(step, Emit):
-            yield step.item
-            reply = None
-        else:
-            reply = execute(step)
-
-
-async def aiterate(flow: Items[E], execute: Callable[[Step], Awaitable[Any]]) -> AsyncIterator[E]:
-    reply: Any = None
-    while True:
-        try:
-            step = flow.send(reply)
-        except StopIteration:
-            return
-        if isinstance(step, Emit):
-            yield step.item
-            reply = None
-        else:
-            reply = await execute(step)
-
-
-def expand_items(
-    flow: Items[E], convert: Callable[[E], Iterable[F]], finish: Callable[[], Iterable[F]]
-) -> Items[F]:
-    """``flow`` with every item it emits turned into any number of items, then ``finish()``'s:
-    for a converter that may hold items back until later ones come."""
-    reply: Any = None
-    while True:
-        try:
-            step = flow.send(reply)
-        except StopIteration:
-            break
-        if isinstance(step, Emit):
-            for item in convert(step.item):
-                yield Emit(item)
-            reply = None
-        else:
-            reply = yield step
-    for item in finish():
-        yield Emit(item)
-
-
-def consume(flow: Items[E], take: Callable[[E], None]) -> Flow[None]:
-    """Run ``flow``, handing every item it emits to ``take``."""
-    reply: Any = None
-    while True:
-        try:
-            step = flow.send(reply)
-        except StopIteration:
-            return
-        if isinstance(step, Emit):
-            take(step.item)
-            reply = None
-        else:
-            reply = yield step
 
 
 def _nodes(info: Any) -> dict[str, Any]:
@@ -349,9 +200,9 @@ class Operations:
     # once this many ms of server time have gone, so other tenants wait no longer than that
     slice_events: int = 20000
     slice_ms: float = DEFAULT_SLICE_MS
-    # after each slice the operation waits this many times as long as the slice took: it then
-    # holds the server (and, on a small machine, a core) at most 1 / (1 + slice_pause) of the
-    # time, so few of another tenant's calls meet a slice at all
+    # after each slice the operation waits this many times as long as it was busy since its
+    # last pause, its own Python included (_flow.Pace): it then holds the server, and on a
+    # small machine a core, at most 1 / (1 + slice_pause) of the time
     slice_pause: float = DEFAULT_SLICE_PAUSE
     # accept a server whose maxmemory-policy may evict the saver's keys (see setup)
     allow_eviction: bool = False
@@ -678,10 +529,10 @@ class Operations:
     ) -> Flow[str | None]:
         """lua/delete_runs.lua's DeltaChannel check, in slices of ``slice_ms``: the log's last
         id when it began, or None when the thread has none of the runs' checkpoints."""
-        cursor, upto = "", None
+        cursor, upto, pace = "", None, Pace(self.slice_pause)
         while True:
             reply = yield from self._slice(
-                self._delete_runs(keys, "check", thread_id, cursor, runs)
+                self._delete_runs(keys, "check", thread_id, cursor, runs), pace
             )
             if not reply:
                 return None
@@ -700,13 +551,15 @@ class Operations:
                 f"copy_thread({source!r}, {target!r}) names one thread twice; give a new target"
             )
         src, dst = self.keys(source), self.keys(target)
-        start, copied, fit = "-", 0, 8
+        copied, fit = 0, 8
         # the latest writes events seen: the parts of the checkpoints after them name their bytes
         writes: dict[str, dict[bytes, bytes]] = {}
+        # one page at a time: the threads live in different slots, so no single script can see
+        # both; every page appended is consistent on its own
+        pace = Pace(self.slice_pause)
+        pages = LogPages(src.log, self.slice_ms, pace)
         while True:
-            # one page at a time: the threads live in different slots, so no single script
-            # can see both; every page appended is consistent on its own
-            entries = yield Call(("XRANGE", src.log, start, "+", "COUNT", _COPY_BATCH))
+            entries = yield from pages.next()
             if not entries:
                 return copied
             page: list[list[Field | int]] = []
@@ -715,7 +568,7 @@ class Operations:
                 fields = yield from self._unshared(source, _text(entry_id), fields, writes)
                 if fields.get(b"k") == b"writes":
                     writes[_text(entry_id)] = fields
-                    if len(writes) > _COPY_BATCH:
+                    if len(writes) > _WRITES_KEPT:
                         del writes[next(iter(writes))]
                 event = {
                     **{k: v for k, v in fields.items() if k not in CHAIN_FIELDS},
@@ -726,18 +579,20 @@ class Operations:
                 if page and (len(page) >= _IMPORT_EVENTS or size + weight > _IMPORT_BYTES):
                     # each import is one script: bounded in events and bytes, and it stops
                     # after slice_ms, whatever the log holds (issue 13)
-                    took, fit = yield from self._import(dst, page, fit)
+                    took, fit = yield from self._import(dst, page, fit, pace)
                     copied += took
                     page, size = [], 0
                 page.append([2 * len(event), *(x for pair in event.items() for x in pair)])
                 size += weight
-            took, fit = yield from self._import(dst, page, fit)
+            took, fit = yield from self._import(dst, page, fit, pace)
             copied += took
-            last = entries[-1][0]
-            start = "(" + _text(last)
 
     def _import(
-        self, dst: ThreadKeys, page: builtins.list[builtins.list[Field | int]], fit: int
+        self,
+        dst: ThreadKeys,
+        page: builtins.list[builtins.list[Field | int]],
+        fit: int,
+        pace: Pace,
     ) -> Flow[tuple[int, int]]:
         """Append ``page``'s events to ``dst`` in slices: each call takes what fits its budget.
         A call is sent ``fit`` events, a few more than the last one took, not the page's rest:
@@ -753,7 +608,7 @@ class Operations:
             for event in page[done : done + fit]:
                 args += event
             op = Eval("import", self.appending(dst), args, write=True)
-            took = int((yield from self._slice(op)))
+            took = int((yield from self._slice(op, pace)))
             done += took
             fit = took + took // 4 + 2
         return done, fit
@@ -831,7 +686,7 @@ class Operations:
         one script (which frees first)."""
         keys = self.keys(thread_id)
         scratch = compact_keys(keys)
-        token = secrets.token_hex(8)
+        token, pace = secrets.token_hex(8), Pace(self.slice_pause)
         start, restarts = True, 0
         while restarts <= _REBUILD_RESTARTS:
             args = (*self._appending_args(), keep, token, "start" if start else "")
@@ -844,11 +699,11 @@ class Operations:
             if start:
                 # pipelined, so a refusal is a value: the first slice, one unit of work, is the
                 # first to write, and never the last (lua/compact_slice.lua)
-                (reply,) = yield from self._slice(Each((op,)))
+                (reply,) = yield from self._slice(Each((op,)), pace)
             else:
                 # alone, so a durability mode waits after it: the swap is acknowledged as any
                 # write is
-                reply = yield from self._slice(op)
+                reply = yield from self._slice(op, pace)
             if _out_of_memory(reply):
                 break
             if isinstance(reply, Exception):
@@ -868,14 +723,10 @@ class Operations:
         yield Call(("UNLINK", *scratch), write=True)
         return None
 
-    def _slice(self, op: Eval | Each) -> Flow[Any]:
-        """One slice of a long operation; then, paced, a pause ``slice_pause`` times as long as
-        it took (its round trip included: on a small machine the operation's own client
-        competes for the cores with the server and the other tenants' processes)."""
-        started = time.perf_counter()
+    def _slice(self, op: Eval | Each, pace: Pace) -> Flow[Any]:
+        """One slice of a long operation, then ``pace``'s pause."""
         reply = yield op
-        if self.slice_pause:
-            yield Pause((time.perf_counter() - started) * self.slice_pause)
+        yield from pace.rest()
         return reply
 
     def rebuild(self, thread_id: str) -> Flow[Replay]:
@@ -893,7 +744,7 @@ class Operations:
         done: dict[int, Replay] = {}
         cursors = [""] * len(keys)
         totals = [Replay(0, 0, []) for _ in keys]
-        restarts = [0] * len(keys)
+        restarts, pace = [0] * len(keys), Pace(self.slice_pause)
         while len(done) < len(keys):
             pending = [i for i in range(len(keys)) if i not in done]
             replies = yield from self._slice(
@@ -906,7 +757,8 @@ class Operations:
                         )
                         for i in pending
                     )
-                )
+                ),
+                pace,
             )
             slow: list[int] = []
             for i, reply in zip(pending, replies, strict=True):
@@ -984,13 +836,14 @@ class Operations:
         """verify.lua's work in slices, each at most ``slice_events`` units of work or
         ``slice_ms`` of server time; a refusal comes back as a value."""
         token, start, restarts = secrets.token_hex(8), True, 0
+        pace = Pace(self.slice_pause)
         applied = skipped = 0
         refs: builtins.list[str] = []
         diffs: set[str] = set()
         while restarts <= _REBUILD_RESTARTS:
             args = (mode, token, "start" if start else "", self.slice_events, f"{self.slice_ms:g}")
             op = Eval("verify_slice", (*keys, *verify_keys(keys)), args)
-            (reply,) = yield from self._slice(Each((op,)))
+            (reply,) = yield from self._slice(Each((op,)), pace)
             if isinstance(reply, Exception):
                 return reply
             state, fresh, a, k, *lines = reply
@@ -1017,28 +870,20 @@ class Operations:
         """A thread's whole log, one page of XRANGE at a time: any length streams through in
         constant memory."""
         log = self.keys(thread_id_str(thread_id, "thread_id")).log
-        start = "-"
-        while True:
-            page = yield Call(("XRANGE", log, start, "+", "COUNT", _LOG_PAGE))
+        pages = LogPages(log, self.slice_ms, Pace(self.slice_pause))
+        while page := (yield from pages.next()):
             for entry_id, fields in page:
                 yield Emit((_text(entry_id), [(_b(k), _b(v)) for k, v in fields.items()]))
-            if len(page) < _LOG_PAGE:
-                return
-            start = "(" + _text(page[-1][0])
 
     def deletion_entries(self, thread_id: str) -> Items[Entry]:
         """The records of this thread's deletions, from the audit stream of its slot."""
         thread = thread_id_str(thread_id, "thread_id").encode()
         key = audit_of_log(self.prefix, self.keys(thread_id).log)
-        start = "-"
-        while True:
-            page = yield Call(("XRANGE", key, start, "+", "COUNT", _LOG_PAGE))
+        pages = LogPages(key, self.slice_ms, Pace(self.slice_pause))
+        while page := (yield from pages.next()):
             for entry_id, fields in page:
                 if _b(fields.get(b"thread", b"")) == thread:
                     yield Emit((_text(entry_id), [(_b(k), _b(v)) for k, v in fields.items()]))
-            if len(page) < _LOG_PAGE:
-                return
-            start = "(" + _text(page[-1][0])
 
     def _threads_for(self, query: tuple[Field, ...]) -> Flow[builtins.list[str]]:
         """The threads a cross-thread read looks at, sorted: the projector's candidates

@@ -28,8 +28,9 @@ from typing import Any, NamedTuple
 import ormsgpack
 
 from ._feed import SLOTS, feed_key, slot_key
+from ._flow import Call, Each, Eval, Flow
 from ._keys import thread_keys
-from ._ops import Call, Each, Eval, Flow, threads_by_slot
+from ._ops import threads_by_slot
 from ._tail import entries, streams
 from ._tail.steps import sweep_slice
 from .events import ProjectorLag, SlotLag, ThreadInfo

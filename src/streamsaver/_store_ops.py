@@ -38,8 +38,10 @@ from langgraph.store.memory import _compare_values, _does_match
 from ._chain import ChainCheck
 from ._codec import Field
 from ._errors import DataLostError, InvalidInputError, PayloadTooLargeError
+from ._flow import Call, Each, Eval, Flow, Pace
 from ._keys import STORE_BUCKETS, StoreKeys, lp, store_bucket, store_keys
-from ._ops import Call, Each, Eval, Flow, Replay
+from ._ops import DEFAULT_SLICE_MS, DEFAULT_SLICE_PAUSE, Replay
+from ._pages import LogPages
 from ._store_index import Embedded, StoreIndex
 from ._store_vectors import VectorIndex, absent, enough, nearest, unusable
 from .memory_events import MemoryEvent, StoreCursor, memory_event
@@ -48,7 +50,6 @@ __all__ = ["StoreOperations", "check_ttl_config"]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _SWEEP_BATCH = 1000
-_LOG_PAGE = 500
 
 
 def check_ttl_config(ttl: object) -> TTLConfig | None:
@@ -563,14 +564,10 @@ class StoreOperations:
         out = []
         for b in _all():
             check = ChainCheck()
-            start = "-"
-            while True:
-                page = yield Call(("XRANGE", self.keys(b).log, start, "+", "COUNT", _LOG_PAGE))
+            pages = LogPages(self.keys(b).log, DEFAULT_SLICE_MS, Pace(DEFAULT_SLICE_PAUSE))
+            while page := (yield from pages.next()):
                 for entry_id, fields in page:
                     check.add(_text(entry_id), builtins.list(fields.items()))
-                if len(page) < _LOG_PAGE:
-                    break
-                start = "(" + _text(page[-1][0])
             out.append((b, check))
         return out
 
@@ -581,9 +578,9 @@ class StoreOperations:
         joined = _joined(tuple(namespace))
         bucket = store_bucket(joined)
         out = []
-        start = "-"
-        while True:
-            page = yield Call(("XRANGE", self.keys(bucket).log, start, "+", "COUNT", _LOG_PAGE))
+        # a caller waits for it: pages sized to a slice, without the pauses between them
+        pages = LogPages(self.keys(bucket).log, DEFAULT_SLICE_MS, Pace(0))
+        while page := (yield from pages.next()):
             for entry_id, fields in page:
                 if fields.get(b"ns") == joined.encode() and (
                     key is None or fields.get(b"key") == key.encode()
@@ -591,9 +588,7 @@ class StoreOperations:
                     event = memory_event(bucket, _text(entry_id), fields, self._serde(values))
                     if event is not None:
                         out.append(event)
-            if len(page) < _LOG_PAGE:
-                return out
-            start = "(" + _text(page[-1][0])
+        return out
 
     def changes(
         self, after: StoreCursor | None, count: int, values: bool

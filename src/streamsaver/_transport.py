@@ -25,8 +25,8 @@ from redis.exceptions import AskError, MovedError, NoPermissionError, NoScriptEr
 
 from ._durability import Durability
 from ._errors import SlotMovingError, translate
+from ._flow import Call, Each, Eval, Op, Pause
 from ._moves import Moves, is_demoted, is_moving
-from ._ops import Call, Each, Eval, Op, Pause
 from ._scripts import READ_ONLY
 
 __all__ = [

@@ -49,23 +49,10 @@ from ._errors import (
     connect_error,
     unavailable,
 )
+from ._flow import Call, Each, Eval, Flow, Pause, ScanLogs, Step, T, adrive, aiterate
 from ._history import delta_channel_history
 from ._moves import DEFAULT_SLOT_MOVE_TIMEOUT_S, Moves, is_moving, scan_plan
-from ._ops import (
-    DEFAULT_SLICE_MS,
-    DEFAULT_SLICE_PAUSE,
-    Call,
-    Each,
-    Eval,
-    Flow,
-    Pause,
-    Replay,
-    ScanLogs,
-    Step,
-    T,
-    adrive,
-    aiterate,
-)
+from ._ops import DEFAULT_SLICE_MS, DEFAULT_SLICE_PAUSE, Replay
 from ._pipelining import AutoPipeline
 from ._sending import arelearn, asend_pipeline
 from ._tail import (

@@ -46,24 +46,11 @@ from ._chain import ChainCheck
 from ._connection import HeldConnection
 from ._durability import DurabilityMode
 from ._errors import InvalidInputError, connect_error, unavailable
+from ._flow import Call, Each, Eval, Flow, Pause, ScanLogs, Step, T, drive, iterate
 from ._history import delta_channel_history
 from ._migrate import Migrated, migrate_keys, reindex_threads
 from ._moves import DEFAULT_SLOT_MOVE_TIMEOUT_S, Moves, is_moving, scan_plan
-from ._ops import (
-    DEFAULT_SLICE_MS,
-    DEFAULT_SLICE_PAUSE,
-    Call,
-    Each,
-    Eval,
-    Flow,
-    Pause,
-    Replay,
-    ScanLogs,
-    Step,
-    T,
-    drive,
-    iterate,
-)
+from ._ops import DEFAULT_SLICE_MS, DEFAULT_SLICE_PAUSE, Replay
 from ._projection import Applied
 from ._scripts import SOURCES
 from ._sending import relearn, send_pipeline

@@ -44,8 +44,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ._errors import unavailable
+from ._flow import Call, Eval
 from ._moves import Moves, is_demoted
-from ._ops import Call, Eval
 from ._resp import packed
 from ._sending import arelearn, asend_pipeline, relearn, send_pipeline
 from ._tail import (
