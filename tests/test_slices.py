@@ -518,6 +518,10 @@ def test_writes_between_verify_slices_are_no_problem(
         while True:
             reply = sync_saver._execute(flow.send(reply))
             length = redis_client.xlen(log)
+            if step >= 130:
+                # two units a slice cannot overtake a writer adding members ahead of them at
+                # every slice: the writer stops, as a graph's steps do
+                continue
             # a writer between slices: replayed into the scratch keys before any comparison
             late = put(sync_saver, late, step)
             sync_saver.put_writes(late, [("messages", f"late {step}")], f"task{step}")
