@@ -81,7 +81,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.rebuild", description=__doc__)
     parser.add_argument("--events", type=int, default=100_000)
     parser.add_argument("--threads", type=int, default=1000)
-    parser.add_argument("--batch", type=int, default=REBUILD_BATCH, help="threads per round trip")
+    parser.add_argument(
+        "--batch", type=int, default=REBUILD_BATCH, help="threads per rebuild_many call"
+    )
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--url", help="a Redis to use (default: a throwaway redis-server)")
     args = parser.parse_args(argv)

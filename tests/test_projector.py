@@ -341,3 +341,30 @@ def test_a_slot_far_behind_its_feed_is_listed_without_reading_the_whole_feed(
     # with fewer pending, the slot's own answer names the thread
     sync_saver.seed_projections()
     assert sync_saver._execute(Eval("candidates", keys, ("runs", "r1")))[1:] == [b"busy"]
+
+
+def test_a_catching_up_projector_applies_a_slice_at_a_time_and_matches_a_seed(
+    sync_saver: RedisStreamSaver, redis_client: redis.Redis, prefix: str
+) -> None:
+    """A projector behind by many entries applies them in calls of ``slice_ms`` (one entry at
+    least), as long operations do, rather than 1,000 entries in one script."""
+    sync_saver.seed_projections()
+    for i in range(30):
+        work(sync_saver, f"s{i}", 3, f"r{i % 2}")
+    sync_saver.prune(["s3"], strategy="keep_latest")
+    sync_saver.delete_thread("s4")
+    slots = sorted({slot_of(thread_keys(prefix, f"s{i}").log) for i in range(30)})
+    calls = []
+    for slot in slots:
+        while True:
+            # a budget no call can meet: one entry each
+            done = sync_saver.project(slot, count=1000, slice_ms=0.000001)
+            assert done.status == "ok"
+            calls.append(done.applied)
+            if not done.more:
+                break
+    assert max(calls) == 1 and len(calls) > 100
+    assert sync_saver.projector_lag().pending == 0
+    incremental = projections(redis_client, prefix)
+    sync_saver.seed_projections()
+    assert projections(redis_client, prefix) == incremental

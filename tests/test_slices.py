@@ -125,6 +125,31 @@ def test_a_sliced_rebuild_of_several_threads_equals_one_script_each(
     assert replays[3] == Replay(0, 0, [])
 
 
+def test_a_round_of_pipelined_slices_shares_one_slice(
+    sync_saver: RedisStreamSaver, redis_client: redis.Redis
+) -> None:
+    """Redis runs a pipeline's calls back to back: a round of several threads' slices must
+    cost what one slice may, not one slice per thread."""
+    threads = [f"r{i}" for i in range(12)]
+    for thread in threads:
+        history(sync_saver, 3, thread)
+    expected = {t: one_script(sync_saver, t) for t in threads}
+    rounds: list[list[float]] = []
+    original = sync_saver._execute
+
+    def watching(op: Any) -> Any:
+        if isinstance(op, Each) and getattr(op.ops[0], "script", None) == "replay_slice":
+            rounds.append([float(call.args[-1]) for call in op.ops])  # type: ignore[union-attr]
+        return original(op)
+
+    sync_saver._execute = watching  # type: ignore[method-assign]
+    assert dict(zip(threads, sync_saver.rebuild_many(threads), strict=True)) == expected
+    assert len(rounds) > 1
+    slice_ms = sync_saver._ops.slice_ms
+    assert all(len(r) > 1 and sum(r) <= slice_ms + 1e-9 for r in rounds[:-1]), rounds
+    assert sum(len(r) for r in rounds) >= len(threads)
+
+
 def test_writes_between_slices_are_kept(
     sync_saver: RedisStreamSaver, redis_client: redis.Redis
 ) -> None:

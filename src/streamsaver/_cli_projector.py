@@ -53,7 +53,14 @@ def run(
     consumer: Annotated[
         str | None, typer.Option(help="this member's name (default: host-pid-random)")
     ] = None,
-    batch: Annotated[int, typer.Option(min=1, help="feed entries per script call")] = 1000,
+    batch: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="most feed entries a script call applies (it stops sooner, after 0.25 ms of "
+            "server time)",
+        ),
+    ] = 1000,
     min_idle_ms: Annotated[
         int,
         typer.Option(min=1, help="claim another member's deliveries after this long unacked"),

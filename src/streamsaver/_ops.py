@@ -84,6 +84,9 @@ _WRITES_KEPT = 200
 # one import script's most events and bytes (copy_thread)
 _IMPORT_EVENTS = 50
 _IMPORT_BYTES = 256 * 1024
+# the least server time one call of a sliced script costs (its entry, its state read and
+# saved, one unit of work): rebuild_many pipelines no more of them than a slice can pay for
+_CALL_MS = 0.05
 # slices of a rebuild that found its log rewritten under it before it gives up slicing
 _REBUILD_RESTARTS = 3
 # slot indexes one slot_threads call reads on a standalone server (~0.6 ms of server time)
@@ -736,7 +739,8 @@ class Operations:
     def rebuild_many(self, thread_ids: Sequence[str]) -> Flow[builtins.list[Replay]]:
         """Rebuild several threads in slices (lua/replay_slice.lua): each call replays at most
         ``slice_events`` events or ``slice_ms`` of server time, so no tenant's long log holds
-        the server; the threads' slices are pipelined (one round trip per node per round).
+        the server; a few threads' slices are pipelined, sharing one slice's budget (Redis
+        runs a pipeline as one block).
         Each thread's indexes are swapped in whole, by its last slice: readers never see a
         half-rebuilt index, and writes made meanwhile are kept."""
         ids = [thread_id_str(t, "thread_id") for t in thread_ids]
@@ -745,15 +749,19 @@ class Operations:
         cursors = [""] * len(keys)
         totals = [Replay(0, 0, []) for _ in keys]
         restarts, pace = [0] * len(keys), Pace(self.slice_pause)
+        # Redis runs a pipeline's calls back to back, as one: a round shares one slice's budget
+        # among as many threads as that budget can pay a call's least cost for
+        width = max(1, int(self.slice_ms / _CALL_MS))
         while len(done) < len(keys):
-            pending = [i for i in range(len(keys)) if i not in done]
+            pending = [i for i in range(len(keys)) if i not in done][:width]
+            budget = f"{self.slice_ms / len(pending):g}"
             replies = yield from self._slice(
                 Each(
                     tuple(
                         Eval(
                             "replay_slice",
                             (*keys[i], *rebuild_keys(keys[i])),
-                            (cursors[i], self.slice_events, f"{self.slice_ms:g}"),
+                            (cursors[i], self.slice_events, budget),
                         )
                         for i in pending
                     )

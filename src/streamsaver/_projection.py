@@ -30,7 +30,7 @@ import ormsgpack
 from ._feed import SLOTS, feed_key, slot_key
 from ._flow import Call, Each, Eval, Flow
 from ._keys import thread_keys
-from ._ops import threads_by_slot
+from ._ops import DEFAULT_SLICE_MS, threads_by_slot
 from ._tail import entries, streams
 from ._tail.steps import sweep_slice
 from .events import ProjectorLag, SlotLag, ThreadInfo
@@ -210,10 +210,15 @@ class Projections:
         stop: str = "+",
         group: str = "",
         acks: Sequence[str] = (),
+        slice_ms: float = DEFAULT_SLICE_MS,
     ) -> Flow[Applied]:
-        """Apply up to ``count`` entries of a slot's feed after its cursor (up to ``stop``)."""
+        """Apply up to ``count`` entries of a slot's feed after its cursor (up to ``stop``),
+        as many as ``slice_ms`` of server time lets (one at least; ``more`` says the rest)."""
         reply = yield Eval(
-            "project", self.keys(slot), (self.prefix, count, stop, group, *acks), write=True
+            "project",
+            self.keys(slot),
+            (self.prefix, count, stop, group, f"{slice_ms:g}", *acks),
+            write=True,
         )
         status = _text(reply[0])
         if status != "ok":

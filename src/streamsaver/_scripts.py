@@ -41,10 +41,10 @@ _ENTRIES: dict[str, tuple[str, ...]] = {
         for name in ("store_write", "store_read", "store_replay", "store_verify", "store_expire")
     },
     # the projector's (registry.lua)
+    "project": ("common.lua", "meta.lua", "registry.lua", "slice.lua", "project.lua"),
     **{
         name: ("common.lua", "meta.lua", "registry.lua", f"{name}.lua")
         for name in (
-            "project",
             "seed",
             "sweep",
             "lag",

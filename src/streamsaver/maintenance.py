@@ -14,7 +14,7 @@ from .saver import RedisStreamSaver
 __all__ = ["Report", "progress_bar", "rebuild_threads", "verify_threads"]
 
 Progress = Callable[[int, int], None]
-# threads whose replay scripts share a round trip
+# threads per rebuild_many call: how often progress is reported
 REBUILD_BATCH = 64
 
 
@@ -80,7 +80,8 @@ def rebuild_threads(
     progress: Progress | None = None,
     batch: int = REBUILD_BATCH,
 ) -> Report:
-    """Rebuild each thread, ``batch`` threads' scripts per round trip."""
+    """Rebuild each thread, ``batch`` threads at a time (``progress`` after each batch; the
+    slices of a few of them share each round trip: Operations.rebuild_many)."""
     report = Report()
     for start in range(0, len(thread_ids), batch):
         chunk = thread_ids[start : start + batch]

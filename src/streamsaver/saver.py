@@ -518,8 +518,9 @@ class RedisStreamSaver(StreamSaverBase):
         return self._run(self._projections.seeded())
 
     def project(self, slot: int, **options: Any) -> Applied:
-        """Apply the next entries of one slot's feed (what ``python -m projector run`` does)."""
-        return self._run(self._projections.apply(slot, **options))
+        """Apply the next entries of one slot's feed (what ``python -m projector run`` does),
+        in a slice of the saver's ``slice_ms``."""
+        return self._run(self._projections.apply(slot, **{"slice_ms": self.slice_ms, **options}))
 
     # LangGraph calls these when a graph with this saver runs async; the sync client blocks,
     # so each call moves to a worker thread instead of stalling the event loop.

@@ -2,14 +2,17 @@
 -- atomically: a crash or a second replica can neither skip nor double an entry's effect.
 -- KEYS: feed state registry activity runs meta (registry.lua)
 -- ARGV: [1] key prefix  [2] at most this many entries  [3] last entry to apply, or '+'
---       [4] consumer group, or ''  [5..] feed entry ids delivered to it, acknowledged here
---           once applied (those after the new cursor stay pending)
+--       [4] consumer group, or ''  [5] ms after which it applies no further entry (slice.lua:
+--           a catching-up projector holds other tenants no longer than a long operation's
+--           slice)  [6..] feed entry ids delivered to the group, acknowledged here once
+--           applied (those after the new cursor stay pending)
 -- Returns {'ok', applied, cursor, more (1: entries remain up to ARGV[3]), unknown...}, each
 -- unknown "<feed id> <kind>" an entry of a kind this version does not know (its thread is
 -- recomputed from its log), or {'behind'}: entries after the cursor were trimmed unapplied
 -- (or, on Redis 6.2, the slot was never seeded): the slot needs seed.lua.
 local feed, state = KEYS[1], KEYS[2]
 local prefix, count, stop, group = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
+local budget = tonumber(ARGV[5])
 local cursor = usable_cursor(feed, state)
 if not cursor then
   return {'behind'}
@@ -17,7 +20,12 @@ end
 local batch = after_cursor(feed, cursor, stop, count)
 local known = {checkpoint = true, writes = true, delete = true, thread_deleted = true}
 local order, whole, unknown, acc = {}, {}, {}, {}
-for _, e in ipairs(batch) do
+local taken = 0
+for i, e in ipairs(batch) do
+  if i > 1 and over(budget) then
+    break
+  end
+  taken = i
   local p = fields_of(e[2])
   local t = p.t
   if t then
@@ -54,6 +62,11 @@ for _, t in ipairs(order) do
     set_row(KEYS[3], KEYS[4], t, thread_row(base .. 'log', base .. 'ix', base .. 'ptr'))
   end
 end
+-- the entries applied: those the budget left for the next call stay after the cursor
+local cut = taken < #batch
+for i = #batch, taken + 1, -1 do
+  batch[i] = nil
+end
 if #batch > 0 then
   cursor = batch[#batch][1]
   local now = redis.call('TIME')
@@ -63,7 +76,7 @@ if #batch > 0 then
 end
 if group ~= '' then
   local acks = {}
-  for i = 5, #ARGV do
+  for i = 6, #ARGV do
     if not id_lt(cursor, ARGV[i]) then
       acks[#acks + 1] = ARGV[i]
     end
@@ -73,7 +86,7 @@ if group ~= '' then
   end
 end
 local more = 0
-if #batch == count then
+if cut or #batch == count then
   more = 1
 end
 local out = {'ok', #batch, cursor, more}
