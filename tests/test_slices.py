@@ -134,6 +134,8 @@ def test_a_round_of_pipelined_slices_shares_one_slice(
     for thread in threads:
         history(sync_saver, 3, thread)
     expected = {t: one_script(sync_saver, t) for t in threads}
+    # a slice that several threads' calls can share
+    sync_saver._ops.slice_ms = 1.0
     rounds: list[list[float]] = []
     original = sync_saver._execute
 

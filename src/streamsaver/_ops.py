@@ -84,9 +84,11 @@ _WRITES_KEPT = 200
 # one import script's most events and bytes (copy_thread)
 _IMPORT_EVENTS = 50
 _IMPORT_BYTES = 256 * 1024
-# the least server time one call of a sliced script costs (its entry, its state read and
-# saved, one unit of work): rebuild_many pipelines no more of them than a slice can pay for
-_CALL_MS = 0.05
+# the least budget one thread's replay_slice gets when a round's slice is shared: below it a
+# call's fixed cost (its entry, its state read and saved) is most of the call (benchmarks.rebuild,
+# 500 threads of 100 events: 5 threads sharing 0.25 ms rebuilt 2,457 events/s, one thread with
+# all of it 5,696); at the default slice_ms a round is one thread
+_CALL_MS = 0.25
 # slices of a rebuild that found its log rewritten under it before it gives up slicing
 _REBUILD_RESTARTS = 3
 # slot indexes one slot_threads call reads on a standalone server (~0.6 ms of server time)
@@ -739,8 +741,8 @@ class Operations:
     def rebuild_many(self, thread_ids: Sequence[str]) -> Flow[builtins.list[Replay]]:
         """Rebuild several threads in slices (lua/replay_slice.lua): each call replays at most
         ``slice_events`` events or ``slice_ms`` of server time, so no tenant's long log holds
-        the server; a few threads' slices are pipelined, sharing one slice's budget (Redis
-        runs a pipeline as one block).
+        the server; a round's pipeline (Redis runs it as one block) shares one slice's budget
+        among threads, each given _CALL_MS at least (one thread at the default slice_ms).
         Each thread's indexes are swapped in whole, by its last slice: readers never see a
         half-rebuilt index, and writes made meanwhile are kept."""
         ids = [thread_id_str(t, "thread_id") for t in thread_ids]
