@@ -31,7 +31,7 @@ from urllib.parse import unquote, urlsplit
 import ormsgpack
 from redis.exceptions import AuthenticationError as RedisAuthenticationError
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ResponseError
+from redis.exceptions import RedisClusterException, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 __all__ = [
@@ -183,6 +183,51 @@ def unavailable(exc: RedisConnectionError | RedisTimeoutError) -> ServerUnavaila
     if isinstance(exc, RedisTimeoutError):
         return ServerTimeoutError(f"Redis did not answer in time ({exc}); {_UNSURE}")
     return ServerUnavailableError(f"Redis is unavailable ({exc}); {_UNSURE}")
+
+
+# What a connection closed under a command raises from redis-py's own code or asyncio's
+# transport instead of a ConnectionError: redis-py's asyncio cluster client answers a
+# ConnectionError by closing every node's connections (``RedisCluster.aclose`` in its retry),
+# the ones other tasks are using included, and a write on a connection closed meanwhile finds
+# its writer or transport set to None (redis-py issue 4287): "'NoneType' object has no
+# attribute 'writelines'", "'NoneType' object is not callable". Neither is a RedisError, so no
+# retry of redis-py's sees it.
+_TORN_IN = (
+    "redis/connection.py",
+    "redis/asyncio/connection.py",
+    "redis/_parsers/",
+    "asyncio/streams.py",
+    "asyncio/selector_events.py",
+    "asyncio/sslproto.py",
+)
+LOST = (RedisConnectionError, RedisTimeoutError, RedisClusterException, AttributeError, TypeError)
+
+
+def lost_connection(exc: BaseException) -> RedisConnectionError | RedisTimeoutError | None:
+    """``exc`` as the connection error it is, if the command's connection was lost under it
+    (one of ``LOST``); None for anything else, a bug of ours among them, to be raised as it
+    is."""
+    if isinstance(exc, (RedisConnectionError, RedisTimeoutError)):
+        return exc
+    if isinstance(exc, RedisClusterException):
+        # no node of the cluster answered while its layout was learned
+        if "cannot be connected" not in str(exc):
+            return None
+        return _caused(RedisConnectionError(str(exc)), exc)
+    if not isinstance(exc, (AttributeError, TypeError)) or "NoneType" not in str(exc):
+        return None
+    tb, where = exc.__traceback__, ""
+    while tb is not None:
+        where, tb = tb.tb_frame.f_code.co_filename.replace("\\", "/"), tb.tb_next
+    if not any(part in where for part in _TORN_IN):
+        return None
+    closed = RedisConnectionError(f"the connection was closed under the command ({exc})")
+    return _caused(closed, exc)
+
+
+def _caused(error: RedisConnectionError, cause: BaseException) -> RedisConnectionError:
+    error.__cause__ = cause
+    return error
 
 
 class ThreadDeletedError(StreamSaverError):

@@ -21,7 +21,7 @@ from typing import Any
 from redis.crc import key_slot
 from redis.exceptions import AskError, ClusterError, ResponseError, TryAgainError
 
-from ._errors import InvalidInputError, SlotMovingError
+from ._errors import InvalidInputError, SlotMovingError, lost_connection, unavailable
 
 __all__ = [
     "DEFAULT_SLOT_MOVE_TIMEOUT_S",
@@ -92,6 +92,24 @@ class Moves:
         pause = min(self.pause, self.deadline - now)
         self.pause = min(self.pause * 2, _MAX_S)
         return pause
+
+    def after_lost(self, exc: BaseException, cluster: bool) -> float:
+        """Seconds to wait before sending again after a cluster command's connection was lost
+        (its primary failing over, or the client closing every connection on another task's
+        error, ``lost_connection``): the shell then learns the layout again and resends,
+        which is safe since every streamsaver write is idempotent. ``exc`` itself if it is no
+        lost connection; ``ServerUnavailableError`` (or the timeout's) on a standalone server,
+        whose client has resent under its own retry policy already, or once the deadline is
+        past: not a slot in motion, a server gone."""
+        gone = lost_connection(exc)
+        if gone is None:
+            raise exc
+        if not cluster:
+            raise unavailable(gone) from exc
+        try:
+            return self.wait(gone)
+        except SlotMovingError:
+            raise unavailable(gone) from exc
 
 
 def _message(what: str, key: str | None, timeout_s: float, error: BaseException) -> str:

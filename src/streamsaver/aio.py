@@ -44,10 +44,10 @@ from ._base import (
 from ._chain import ChainCheck
 from ._durability import DurabilityMode
 from ._errors import (
+    LOST,
     InvalidInputError,
     InvalidUsageError,
     connect_error,
-    unavailable,
 )
 from ._flow import Call, Each, Eval, Flow, Pause, ScanLogs, Step, T, adrive, aiterate
 from ._history import delta_channel_history
@@ -234,8 +234,12 @@ class AsyncRedisStreamSaver(StreamSaverBase):
         if isinstance(op, Pause):
             return await asyncio.sleep(op.seconds)
         moves = Moves(self.slot_move_timeout_s, what(op))
+        cluster, stale = isinstance(self.client, AsyncRedisCluster), False
         while True:
             try:
+                if stale:
+                    await self._relearn(Relearn(None))
+                    stale = False
                 if isinstance(op, Each):
                     return await self._rounds(op.ops, moves)
                 if isinstance(op, ScanLogs):
@@ -248,8 +252,9 @@ class AsyncRedisStreamSaver(StreamSaverBase):
                 if not is_moving(exc):
                     raise_translated(exc)
                 await asyncio.sleep(moves.wait(exc, key_of(op)))
-            except (RedisConnectionError, RedisTimeoutError) as exc:
-                raise unavailable(exc) from exc
+            except LOST as exc:
+                await asyncio.sleep(moves.after_lost(exc, cluster))
+                stale = True
 
     async def _rounds(self, ops: Sequence[Eval | Call], moves: Moves) -> builtins.list[Any]:
         flow = rounds(ops, self._seam, moves)

@@ -45,7 +45,7 @@ from ._base import (
 from ._chain import ChainCheck
 from ._connection import HeldConnection
 from ._durability import DurabilityMode
-from ._errors import InvalidInputError, connect_error, unavailable
+from ._errors import LOST, InvalidInputError, connect_error
 from ._flow import Call, Each, Eval, Flow, Pause, ScanLogs, Step, T, drive, iterate
 from ._history import delta_channel_history
 from ._migrate import Migrated, migrate_keys, reindex_threads
@@ -235,8 +235,12 @@ class RedisStreamSaver(StreamSaverBase):
         if isinstance(op, Pause):
             return time.sleep(op.seconds)
         moves = Moves(self.slot_move_timeout_s, what(op))
+        cluster, stale = isinstance(self.client, RedisCluster), False
         while True:
             try:
+                if stale:
+                    self._relearn(Relearn(None))
+                    stale = False
                 if isinstance(op, Each):
                     return self._rounds(op.ops, moves)
                 if isinstance(op, ScanLogs):
@@ -249,8 +253,9 @@ class RedisStreamSaver(StreamSaverBase):
                 if not is_moving(exc):
                     raise_translated(exc)
                 time.sleep(moves.wait(exc, key_of(op)))
-            except (RedisConnectionError, RedisTimeoutError) as exc:
-                raise unavailable(exc) from exc
+            except LOST as exc:
+                time.sleep(moves.after_lost(exc, cluster))
+                stale = True
 
     def _rounds(self, ops: Sequence[Eval | Call], moves: Moves) -> builtins.list[Any]:
         client: Any = self.client

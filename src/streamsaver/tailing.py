@@ -43,7 +43,7 @@ from redis.exceptions import AskError, MovedError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ._errors import unavailable
+from ._errors import LOST, unavailable
 from ._flow import Call, Eval
 from ._moves import Moves, is_demoted
 from ._resp import packed
@@ -149,11 +149,18 @@ class _SyncIO:
         return None
 
     def batch(self, op: Batch) -> list[Any]:
-        flow = _flow(op, self.scripts, self.move_timeout_s)
-        try:
-            return run(flow, self._send, self.client.script_load, self.stopped.wait, self._relearn)
-        except _NETWORK as exc:
-            raise unavailable(exc) from exc
+        moves, stale = Moves(self.move_timeout_s, "a tail's pipelined read"), False
+        while True:
+            flow = _flow(op, self.scripts, self.move_timeout_s)
+            try:
+                if stale:
+                    self._relearn(Relearn(None))
+                load = self.client.script_load
+                return run(flow, self._send, load, self.stopped.wait, self._relearn)
+            except LOST as exc:
+                # the saver's _execute: a cluster's lost connection is sent again, in time
+                self.stopped.wait(moves.after_lost(exc, self.cluster))
+                stale = True
 
     def _send(self, step: Pipeline) -> list[Any]:
         return send_pipeline(self.client, step)
@@ -552,11 +559,17 @@ class _AsyncIO:
         return reply
 
     async def batch(self, op: Batch) -> list[Any]:
-        flow = _flow(op, self.scripts, self.move_timeout_s)
-        try:
-            return await arun(flow, self._send, self.client.script_load, self._nap, self._relearn)
-        except _NETWORK as exc:
-            raise unavailable(exc) from exc
+        moves, stale = Moves(self.move_timeout_s, "a tail's pipelined read"), False
+        while True:
+            flow = _flow(op, self.scripts, self.move_timeout_s)
+            try:
+                if stale:
+                    await self._relearn(Relearn(None))
+                load = self.client.script_load
+                return await arun(flow, self._send, load, self._nap, self._relearn)
+            except LOST as exc:
+                await self._nap(moves.after_lost(exc, self.cluster))
+                stale = True
 
     async def _send(self, step: Pipeline) -> list[Any]:
         return await asend_pipeline(self.client, step)

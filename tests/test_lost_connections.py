@@ -1,0 +1,155 @@
+"""Connections closed under a command. redis-py's asyncio cluster client answers a
+ConnectionError of any task by closing every node's connections (``RedisCluster.aclose``),
+those other tasks are writing or reading on included; their commands then fail with what the
+closed connection's code raises ("'NoneType' object has no attribute 'writelines'"), no
+RedisError, so no retry of redis-py's sees it. A tailer died so during a failover in CI. On a
+cluster the savers and tails send such a command again (every write is idempotent), after
+learning the layout, within ``slot_move_timeout_s``; a bug of ours raising the same types
+still surfaces as it is."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from typing import Any
+
+import pytest
+import redis
+import redis.asyncio as aredis
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+from redis.cluster import RedisCluster
+
+from streamsaver import AsyncRedisStreamSaver, RedisStreamSaver, ServerUnavailableError
+from streamsaver._errors import lost_connection
+from streamsaver.embedded import EmbeddedCluster
+from streamsaver.events import ThreadEvent
+
+
+def _checkpoint(n: int) -> dict[str, Any]:
+    return {
+        "v": 1, "id": f"{n:032d}", "ts": "", "channel_values": {"n": n},
+        "channel_versions": {"n": n + 1}, "versions_seen": {}, "updated_channels": None,
+    }  # fmt: skip
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _config(thread: str) -> Any:
+    return {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+
+
+async def test_a_write_on_a_connection_closed_meanwhile_is_a_lost_connection(
+    redis_url: str,
+) -> None:
+    client = aredis.Redis.from_url(redis_url)
+    conn = client.connection_pool.make_connection()
+    await conn.connect()
+    writer = conn._writer
+    await conn.disconnect()
+    # what redis-py's send does once connected, on a connection another task closed since
+    with pytest.raises(AttributeError) as torn:
+        await conn._send_packed_command([b"PING\r\n"])
+    gone = lost_connection(torn.value)
+    assert isinstance(gone, redis.ConnectionError)
+    assert "writelines" in str(gone) and gone.__cause__ is torn.value
+    assert writer is not None
+    await client.aclose()
+
+
+def test_our_own_attribute_errors_are_not_lost_connections() -> None:
+    try:
+        None.writelines  # type: ignore[attr-defined]  # noqa: B018
+    except AttributeError as exc:
+        assert lost_connection(exc) is None
+    assert lost_connection(TypeError("'NoneType' object is not callable")) is None
+    assert lost_connection(ValueError("NoneType")) is None
+    timeout = redis.TimeoutError("slow")
+    assert lost_connection(timeout) is timeout
+
+
+async def test_async_writers_and_tails_outlive_their_client_closing_every_connection(
+    cluster: EmbeddedCluster, prefix: str
+) -> None:
+    client = AsyncRedisCluster.from_url(cluster.url)
+    saver = AsyncRedisStreamSaver(client, prefix=prefix)
+    threads = [f"t{i}" for i in range(4)]
+    stop = asyncio.Event()
+    acked: list[tuple[str, str]] = []
+    seen: list[ThreadEvent] = []
+    alone: list[ThreadEvent] = []
+
+    async def write(thread: str) -> None:
+        config, n = _config(thread), 0
+        while not stop.is_set():
+            config = await saver.aput(config, _checkpoint(n), {"step": n}, {"n": n + 1})
+            acked.append((thread, config["configurable"]["checkpoint_id"]))
+            n += 1
+
+    async def close_every_connection() -> None:
+        # what redis-py's cluster client does on a ConnectionError of any of its tasks
+        while not stop.is_set():
+            await asyncio.sleep(0.005)
+            await client.aclose()
+
+    async def follow(tail: Any, into: list[ThreadEvent]) -> None:
+        async for event in tail:
+            into.append(event)
+
+    every = saver.atail_all(after="0", discover_ms=20, poll_ms=5)
+    one = saver.atail(threads[0], after="0", block_ms=100)
+    readers = [asyncio.create_task(follow(every, seen)), asyncio.create_task(follow(one, alone))]
+    work = [asyncio.create_task(write(t)) for t in threads]
+    work.append(asyncio.create_task(close_every_connection()))
+    await asyncio.sleep(3.0)
+    stop.set()
+    await asyncio.gather(*work)  # a writer's error surfaces here
+    assert len(acked) > 50, "the writers made no progress"
+    for _ in range(200):
+        if len(seen) >= len(acked) or any(r.done() for r in readers):
+            break
+        await asyncio.sleep(0.05)
+    await every.stop()
+    await one.stop()
+    await asyncio.gather(*readers)  # a tail's error surfaces here
+    # every entry of every log, once; a write resent after its connection was lost may have
+    # run before, its event is then in the log twice (and read once: test_integrity)
+    logs = {t: [_text(i) for i, _ in await client.xrange(saver._ops.keys(t).log)] for t in threads}
+    assert sorted((e.thread_id, e.id) for e in seen) == sorted(
+        (t, i) for t, ids in logs.items() for i in ids
+    )
+    assert [e.id for e in alone] == logs[threads[0]]
+    assert set(acked) <= {(e.thread_id, e.checkpoint_id) for e in seen}
+    for thread in threads:  # and what a reader gets is the last acknowledged checkpoint
+        latest = await saver.aget_tuple(_config(thread))
+        assert latest is not None
+        assert latest.config["configurable"]["checkpoint_id"] == max(
+            c for t, c in acked if t == thread
+        )
+    await client.aclose()
+
+
+def test_a_lost_connection_on_a_standalone_server_is_not_retried(redis_url: str) -> None:
+    """A standalone client's own retry policy has resent already: one error, at once."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    saver = RedisStreamSaver(redis.Redis(port=port), prefix="gone")
+    with pytest.raises(ServerUnavailableError):
+        saver.get_tuple(_config("t"))
+
+
+def test_a_cluster_gone_for_good_is_unavailable_after_the_move_timeout() -> None:
+    with EmbeddedCluster(3) as own:
+        client = RedisCluster.from_url(own.url)
+        saver = RedisStreamSaver(client, prefix="gone", slot_move_timeout_s=0.5)
+        saver.put(_config("t"), _checkpoint(1), {}, {"n": 2})
+        for node in own.nodes:
+            node.kill()
+        started = time.monotonic()
+        with pytest.raises(ServerUnavailableError, match="unavailable"):
+            saver.get_tuple(_config("t"))
+        # the move timeout, and redis-py's own retries of each attempt: bounded, not forever
+        assert 0.5 <= time.monotonic() - started < 30
