@@ -70,6 +70,7 @@ from ._keys import (
 )
 from ._nodes import SendTargets, send_index, send_target, send_targets
 from ._pages import LogPages
+from ._resp import as_text
 
 __all__ = [
     "Operations",
@@ -88,7 +89,7 @@ _IMPORT_BYTES = 256 * 1024
 # call's fixed cost (its entry, its state read and saved) is most of the call (benchmarks.rebuild,
 # 500 threads of 100 events: 5 threads sharing 0.25 ms rebuilt 2,457 events/s, one thread with
 # all of it 5,696); at the default slice_ms a round is one thread
-_CALL_MS = 0.25
+_ROUND_SHARE_MS = 0.25
 # slices of a rebuild that found its log rewritten under it before it gives up slicing
 _REBUILD_RESTARTS = 3
 # slot indexes one slot_threads call reads on a standalone server (~0.6 ms of server time)
@@ -512,7 +513,7 @@ class Operations:
                 if isinstance(reply, Exception):
                     raise reply
             if isinstance(reply, builtins.list) and reply[0] == b"delta":
-                raise _delta_dependency(thread_id, runs, [_text(x) for x in reply[1:]])
+                raise _delta_dependency(thread_id, runs, [as_text(x) for x in reply[1:]])
             deleted += reply[1] if isinstance(reply, tuple) else int(reply)
         return deleted
 
@@ -542,8 +543,8 @@ class Operations:
             if not reply:
                 return None
             if reply[0] == b"delta":
-                raise _delta_dependency(thread_id, runs, [_text(x) for x in reply[1:]])
-            state, cursor, last = (_text(x) for x in reply)
+                raise _delta_dependency(thread_id, runs, [as_text(x) for x in reply[1:]])
+            state, cursor, last = (as_text(x) for x in reply)
             upto = upto or last
             if state == "checked":
                 return upto
@@ -570,9 +571,9 @@ class Operations:
             page: list[list[Field | int]] = []
             size = 0
             for entry_id, fields in entries:
-                fields = yield from self._unshared(source, _text(entry_id), fields, writes)
+                fields = yield from self._unshared(source, as_text(entry_id), fields, writes)
                 if fields.get(b"k") == b"writes":
-                    writes[_text(entry_id)] = fields
+                    writes[as_text(entry_id)] = fields
                     if len(writes) > _WRITES_KEPT:
                         del writes[next(iter(writes))]
                 event = {
@@ -722,7 +723,7 @@ class Operations:
                 # another compaction or a deletion rewrote the log under the slices
                 restarts += 1
             start = False
-            if _text(state) == "done":
+            if as_text(state) == "done":
                 return int(removed), int(deleted)
         # as before slices existed, rather than never finishing
         yield Call(("UNLINK", *scratch), write=True)
@@ -742,7 +743,7 @@ class Operations:
         """Rebuild several threads in slices (lua/replay_slice.lua): each call replays at most
         ``slice_events`` events or ``slice_ms`` of server time, so no tenant's long log holds
         the server; a round's pipeline (Redis runs it as one block) shares one slice's budget
-        among threads, each given _CALL_MS at least (one thread at the default slice_ms).
+        among threads, each given _ROUND_SHARE_MS at least (one thread at the default slice_ms).
         Each thread's indexes are swapped in whole, by its last slice: readers never see a
         half-rebuilt index, and writes made meanwhile are kept."""
         ids = [thread_id_str(t, "thread_id") for t in thread_ids]
@@ -753,7 +754,7 @@ class Operations:
         restarts, pace = [0] * len(keys), Pace(self.slice_pause)
         # Redis runs a pipeline's calls back to back, as one: a round shares one slice's budget
         # among as many threads as that budget can pay a call's least cost for
-        width = max(1, int(self.slice_ms / _CALL_MS))
+        width = max(1, int(self.slice_ms / _ROUND_SHARE_MS))
         while len(done) < len(keys):
             pending = [i for i in range(len(keys)) if i not in done][:width]
             budget = f"{self.slice_ms / len(pending):g}"
@@ -789,8 +790,8 @@ class Operations:
                     total.skipped + int(skipped),
                     (total.problems + lines)[:100],
                 )
-                cursors[i] = _text(cursor)
-                if _text(state) == "done":
+                cursors[i] = as_text(cursor)
+                if as_text(state) == "done":
                     done[i] = totals[i]
             if slow:
                 # compactions keep rewriting these logs faster than slices go: one script
@@ -867,7 +868,7 @@ class Operations:
                 text = line.decode(errors="replace")
                 # a page of HSCAN may name a field twice: an index line counts once
                 (refs.append if text.startswith("ref ") else diffs.add)(text)
-            if _text(state) == "done":
+            if as_text(state) == "done":
                 return applied, skipped, sorted([*refs, *diffs])
         # compactions keep rewriting the log faster than slices go: one script, as before
         (reply,) = yield Each((Eval("verify", (*keys, *scratch_keys(keys)), (mode,)),))
@@ -883,7 +884,7 @@ class Operations:
         pages = LogPages(log, self.slice_ms, Pace(self.slice_pause))
         while page := (yield from pages.next()):
             for entry_id, fields in page:
-                yield Emit((_text(entry_id), [(_b(k), _b(v)) for k, v in fields.items()]))
+                yield Emit((as_text(entry_id), [(_b(k), _b(v)) for k, v in fields.items()]))
 
     def deletion_entries(self, thread_id: str) -> Items[Entry]:
         """The records of this thread's deletions, from the audit stream of its slot."""
@@ -893,7 +894,7 @@ class Operations:
         while page := (yield from pages.next()):
             for entry_id, fields in page:
                 if _b(fields.get(b"thread", b"")) == thread:
-                    yield Emit((_text(entry_id), [(_b(k), _b(v)) for k, v in fields.items()]))
+                    yield Emit((as_text(entry_id), [(_b(k), _b(v)) for k, v in fields.items()]))
 
     def _threads_for(self, query: tuple[Field, ...]) -> Flow[builtins.list[str]]:
         """The threads a cross-thread read looks at, sorted: the projector's candidates
@@ -945,7 +946,7 @@ def threads_by_slot(
                 raise reply
         # which logs exist, each asked where its slot is now (a migration may have split them)
         named = [
-            (_text(t), g) for g, (_, reply) in enumerate(groups) for _, *ts in reply for t in ts
+            (as_text(t), g) for g, (_, reply) in enumerate(groups) for _, *ts in reply for t in ts
         ]
         alive = yield Each(tuple(Call(("EXISTS", thread_keys(prefix, t).log)) for t, _ in named))
         kept: dict[int, builtins.list[Any]] = {}
@@ -973,7 +974,7 @@ def threads_by_slot(
         if isinstance(reply, Exception):
             raise reply
         for position, *threads in reply:
-            by_slot[first + int(position) - 1] = [_text(t) for t in threads]
+            by_slot[first + int(position) - 1] = [as_text(t) for t in threads]
     return by_slot
 
 
@@ -982,10 +983,6 @@ def _out_of_memory(reply: object) -> bool:
     return isinstance(reply, OutOfMemoryError) or (
         isinstance(reply, Exception) and "maxmemory" in str(reply)
     )
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 def _b(value: bytes | str) -> bytes:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from ._flow import Call, Flow, Pace
+from ._resp import as_text
 
 # the server's µs to put a stream entry in an XRANGE reply, by entry, field-value pair and KiB
 # (Redis 7.0 on the 2-core machine, INFO commandstats over pages of 20 and 100 entries of 2 to
@@ -90,6 +91,6 @@ class LogPages:
         self.done = len(page) < count or self.left == 0
         if page:
             last = page[-1][0]
-            self.start = "(" + (last.decode() if isinstance(last, bytes) else last)
+            self.start = "(" + as_text(last)
             self.count = next_count(page, self.budget_ms)
         return page

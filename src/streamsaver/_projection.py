@@ -31,6 +31,7 @@ from ._feed import SLOTS, feed_key, slot_key
 from ._flow import Call, Each, Eval, Flow
 from ._keys import thread_keys
 from ._ops import DEFAULT_SLICE_MS, threads_by_slot
+from ._resp import as_text
 from ._tail import entries, streams
 from ._tail.steps import sweep_slice
 from .events import ProjectorLag, SlotLag, ThreadInfo
@@ -73,10 +74,6 @@ class Applied(NamedTuple):
     unknown: tuple[str, ...] = ()
 
 
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 def _ok(reply: Any) -> Any:
     if isinstance(reply, Exception):
         raise reply
@@ -97,7 +94,7 @@ def _info(thread_id: str, row: bytes) -> ThreadInfo:
 def _usable(replies: Sequence[Any]) -> builtins.list[Any] | None:
     """The slots' answers (each less its status), or None when the readers must scan: a slot
     is unusable, or no slot was ever seeded (no projector ever ran)."""
-    statuses = [_text(_ok(r)[0]) for r in replies]
+    statuses = [as_text(_ok(r)[0]) for r in replies]
     if "fallback" in statuses or "ok" not in statuses:
         return None
     return [r[1:] for r in replies]
@@ -220,15 +217,15 @@ class Projections:
             (self.prefix, count, stop, group, f"{slice_ms:g}", *acks),
             write=True,
         )
-        status = _text(reply[0])
+        status = as_text(reply[0])
         if status != "ok":
             return Applied(status)
         return Applied(
             status,
             int(reply[1]),
-            _text(reply[2]),
+            as_text(reply[2]),
             bool(int(reply[3])),
-            tuple(_text(u) for u in reply[4:]),
+            tuple(as_text(u) for u in reply[4:]),
         )
 
     def sweep(self) -> Flow[int]:
@@ -246,12 +243,12 @@ class Projections:
         out = []
         for slot, reply in zip(slots, replies, strict=True):
             usable, cursor, pending, oldest = _ok(reply)
-            oldest_id = _text(oldest)
+            oldest_id = as_text(oldest)
             out.append(
                 SlotLag(
                     slot=slot,
                     usable=bool(usable),
-                    cursor=_text(cursor),
+                    cursor=as_text(cursor),
                     pending=int(pending),
                     oldest_ms=int(oldest_id.split("-")[0]) if oldest_id else None,
                 )
@@ -276,7 +273,7 @@ class Projections:
             infos = yield from self._scan_threads(after)
         else:
             infos = [
-                _info(_text(t), row)
+                _info(as_text(t), row)
                 for page in pages
                 for t, row in zip(page[::2], page[1::2], strict=True)
             ]
@@ -293,7 +290,7 @@ class Projections:
         found = _usable(replies)
         if found is None:
             return None
-        return sorted({_text(t) for page in found for t in page})
+        return sorted({as_text(t) for page in found for t in page})
 
     def _scan_threads(self, after: ThreadInfo | None) -> Flow[builtins.list[ThreadInfo]]:
         """The fallback: every log, each row computed by the projector's own code."""

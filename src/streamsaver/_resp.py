@@ -23,6 +23,12 @@ import redis.asyncio.connection
 import redis.connection
 from redis.exceptions import DataError
 
+
+def as_text(value: Any) -> str:
+    """A reply (bytes, or an int, or text already) as text."""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
 _hiredis_pack: Any
 try:
     from hiredis import pack_command as _hiredis_pack

@@ -42,6 +42,7 @@ from ._flow import Call, Each, Eval, Flow, Pace
 from ._keys import STORE_BUCKETS, StoreKeys, lp, store_bucket, store_keys
 from ._ops import DEFAULT_SLICE_MS, DEFAULT_SLICE_PAUSE, Replay
 from ._pages import LogPages
+from ._resp import as_text
 from ._store_index import Embedded, StoreIndex
 from ._store_vectors import VectorIndex, absent, enough, nearest, unusable
 from .memory_events import MemoryEvent, StoreCursor, memory_event
@@ -92,10 +93,6 @@ def _joined(namespace: tuple[str, ...]) -> str:
 
 def _at(us: bytes | int) -> datetime:
     return _EPOCH + timedelta(microseconds=int(us))
-
-
-def _text(raw: bytes | str) -> str:
-    return raw.decode() if isinstance(raw, bytes) else raw
 
 
 def _split_member(member: bytes) -> tuple[tuple[str, ...], str]:
@@ -279,7 +276,7 @@ class StoreOperations:
                 raise reply
             for row, got in zip(rows, reply, strict=True):
                 if not got:
-                    raise _lost(Exception(f"STREAMSAVER_STORE_LOST {_text(row[4])}"))
+                    raise _lost(Exception(f"STREAMSAVER_STORE_LOST {as_text(row[4])}"))
                 row[2], row[3] = got
 
     def _validate(
@@ -490,7 +487,7 @@ class StoreOperations:
         return ["mput", namespace, key, type_, raw, ttl_ms, *writer, vec]
 
     def _value(self, row: Any) -> Any:
-        return self.serde.loads_typed((_text(row[2]), row[3]))
+        return self.serde.loads_typed((as_text(row[2]), row[3]))
 
     def _item(
         self,
@@ -538,7 +535,7 @@ class StoreOperations:
                 raise reply
             applied += int(reply[0])
             skipped += int(reply[1])
-            problems += [_text(p) for p in reply[2:]]
+            problems += [as_text(p) for p in reply[2:]]
         return Replay(applied, skipped, problems)
 
     def verify(self) -> Flow[tuple[int, int, builtins.list[str]]]:
@@ -556,7 +553,7 @@ class StoreOperations:
                 raise reply
             applied += int(reply[0])
             skipped += int(reply[1])
-            problems += [f"bucket {b} {_text(p)}" for p in reply[2:]]
+            problems += [f"bucket {b} {as_text(p)}" for p in reply[2:]]
         return applied, skipped, sorted(problems)
 
     def verify_chain(self) -> Flow[builtins.list[tuple[int, ChainCheck]]]:
@@ -567,7 +564,7 @@ class StoreOperations:
             pages = LogPages(self.keys(b).log, DEFAULT_SLICE_MS, Pace(DEFAULT_SLICE_PAUSE))
             while page := (yield from pages.next()):
                 for entry_id, fields in page:
-                    check.add(_text(entry_id), builtins.list(fields.items()))
+                    check.add(as_text(entry_id), builtins.list(fields.items()))
             out.append((b, check))
         return out
 
@@ -585,7 +582,7 @@ class StoreOperations:
                 if fields.get(b"ns") == joined.encode() and (
                     key is None or fields.get(b"key") == key.encode()
                 ):
-                    event = memory_event(bucket, _text(entry_id), fields, self._serde(values))
+                    event = memory_event(bucket, as_text(entry_id), fields, self._serde(values))
                     if event is not None:
                         out.append(event)
         return out
@@ -607,11 +604,11 @@ class StoreOperations:
             if isinstance(page, Exception):
                 raise page
             for entry_id, fields in page:
-                event = memory_event(b, _text(entry_id), fields, self._serde(values))
+                event = memory_event(b, as_text(entry_id), fields, self._serde(values))
                 if event is not None:
                     events.append(event)
             if page:
-                positions[b] = _text(page[-1][0])
+                positions[b] = as_text(page[-1][0])
         events.sort(key=lambda e: (e.at, e.bucket, e.id))
         return events, StoreCursor(positions=positions)
 
@@ -687,7 +684,7 @@ def _check_page(limit: object, offset: object) -> None:
 
 def _namespaces(op: ListNamespacesOp, rows: Sequence[bytes]) -> builtins.list[tuple[str, ...]]:
     """InMemoryStore's listing: match conditions, max_depth, sorted, then the page."""
-    namespaces = [tuple(_text(r).split(".")) for r in rows]
+    namespaces = [tuple(as_text(r).split(".")) for r in rows]
     if op.match_conditions:
         namespaces = [
             ns for ns in namespaces if all(_does_match(c, ns) for c in op.match_conditions)

@@ -20,6 +20,7 @@ from typing import Any
 
 from ._errors import InvalidUsageError
 from ._keys import StoreKeys
+from ._resp import as_text
 
 __all__ = ["ROUNDING", "VectorIndex"]
 
@@ -55,11 +56,11 @@ class VectorIndex:
         found = _mapping(info)
         definition = _mapping(found.get("index_definition", []))
         attributes = map(_mapping, found.get("attributes", []))
-        vector = next((a for a in attributes if _text(a.get("identifier")) == "v"), {})
+        vector = next((a for a in attributes if as_text(a.get("identifier")) == "v"), {})
         made = (
-            [_text(p) for p in definition.get("prefixes", [])],
-            _text(vector.get("algorithm")),
-            _text(vector.get("distance_metric")),
+            [as_text(p) for p in definition.get("prefixes", [])],
+            as_text(vector.get("algorithm")),
+            as_text(vector.get("distance_metric")),
             int(vector.get("dim", 0) or 0),
         )
         if made != (self.prefixes, "FLAT", "COSINE", self.dims):
@@ -69,7 +70,7 @@ class VectorIndex:
                 f"index['dims']={self.dims}): drop it (FT.DROPINDEX {self.name} DD) and call "
                 f"setup() again, or set dims to the model's size"
             )
-        return str(_text(found.get("indexing", 0))) in ("0", "0.0")
+        return str(as_text(found.get("indexing", 0))) in ("0", "0.0")
 
     def search(self, namespace_prefix: str, query: Sequence[float], k: int) -> tuple[Any, ...]:
         """The ``k`` nearest vectors under ``namespace_prefix`` ('' for all): the namespace
@@ -125,13 +126,9 @@ def unusable(error: Exception) -> bool:
 
 def _mapping(raw: Any) -> dict[str, Any]:
     if isinstance(raw, dict):
-        return {_text(k): v for k, v in raw.items()}
+        return {as_text(k): v for k, v in raw.items()}
     items = list(raw or [])
-    return {_text(k): v for k, v in zip(items[::2], items[1::2], strict=False)}
-
-
-def _text(raw: Any) -> str:
-    return raw.decode() if isinstance(raw, bytes) else str(raw)
+    return {as_text(k): v for k, v in zip(items[::2], items[1::2], strict=False)}
 
 
 def _bytes(raw: Any) -> bytes:

@@ -9,14 +9,11 @@ from typing import Any
 import ormsgpack
 
 from .._codec import SCHEMA_VERSION, Codec
+from .._resp import as_text
 from .._stream_ids import is_entry_id
 from ..events import DeletedHistory, Pruned, SkippedEvent, ThreadEvent
 
 _KINDS = ("checkpoint", "writes", "delete", "pruned", "thread_deleted")
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _id_key(entry_id: str) -> tuple[int, int]:
@@ -44,7 +41,7 @@ def entries(reply: Any) -> list[Entry]:
     """XRANGE / XREVRANGE / one stream of XREAD: ``[(id, fields), ...]``."""
     if not reply:
         return []
-    return [(_text(entry_id), _fields(raw)) for entry_id, raw in reply]
+    return [(as_text(entry_id), _fields(raw)) for entry_id, raw in reply]
 
 
 def streams(reply: Any) -> list[tuple[str, list[Entry]]]:
@@ -56,7 +53,7 @@ def streams(reply: Any) -> list[tuple[str, list[Entry]]]:
         # redis-py's RESP3 parsing wraps each stream's entries in one more list
         if items and isinstance(items[0], list) and items[0] and isinstance(items[0][0], tuple):
             items = items[0]
-        out.append((_text(key), entries(items)))
+        out.append((as_text(key), entries(items)))
     return out
 
 

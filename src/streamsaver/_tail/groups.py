@@ -9,8 +9,9 @@ from typing import Any
 from .._codec import Codec
 from .._errors import InvalidInputError
 from .._feed import parked_key, slot_of
+from .._resp import as_text
 from ..events import Delivery, SkippedEvent, ThreadEvent
-from .decode import Entry, _check, _fields, _is_error, _text, streams
+from .decode import Entry, _check, _fields, _is_error, streams
 from .feeds import _Feeds
 from .steps import (
     DEFAULT_BLOCK_MS,
@@ -184,22 +185,22 @@ class GroupReader(_Feeds):
                 self.report(
                     SkippedEvent(
                         stream=feed,
-                        id=_text(parked[i]),
+                        id=as_text(parked[i]),
                         reason=f"parked in {parked_key(self.prefix, slot)} after "
-                        f"{int(parked[i + 1])} deliveries (last to {_text(parked[i + 2])!r})",
+                        f"{int(parked[i + 1])} deliveries (last to {as_text(parked[i + 2])!r})",
                     )
                 )
             for entry_id in trimmed:
                 self.report(
                     SkippedEvent(
                         stream=feed,
-                        id=_text(entry_id),
+                        id=as_text(entry_id),
                         reason="trimmed from the feed before the group acknowledged it "
                         "(raise feed_maxlen)",
                     )
                 )
             claims += [
-                (slot, _text(claimed[i]), _fields(claimed[i + 2]) or {}, int(claimed[i + 1]))
+                (slot, as_text(claimed[i]), _fields(claimed[i + 2]) or {}, int(claimed[i + 1]))
                 for i in range(0, len(claimed), 3)
             ]
         if claims:
