@@ -97,10 +97,10 @@ def _ops(calls: Sequence[Command | ScriptCall]) -> list[Eval | Call]:
     ]
 
 
-def _flow(op: Batch, scripts: Scripts, move_timeout_s: float) -> Generator[Step, Any, list[Any]]:
+def _flow(op: Batch, scripts: Scripts, moves: Moves) -> Generator[Step, Any, list[Any]]:
     """A batch's rounds: replies as the server gave them, for the reader core to judge, and
-    a slot that never settled reported as each stopped call's reply, not raised."""
-    moves = Moves(move_timeout_s, "a tail's pipelined read")
+    a slot that never settled reported as each stopped call's reply, not raised. ``moves``:
+    the batch's one deadline, for its slot moves and its lost connections alike."""
     return rounds(_ops(op.calls), scripts, moves, translate_errors=False, give_up_as_value=True)
 
 
@@ -151,10 +151,11 @@ class _SyncIO:
     def batch(self, op: Batch) -> list[Any]:
         moves, stale = Moves(self.move_timeout_s, "a tail's pipelined read"), False
         while True:
-            flow = _flow(op, self.scripts, self.move_timeout_s)
+            flow = _flow(op, self.scripts, moves)
             try:
                 if stale:
                     self._relearn(Relearn(None))
+                    stale = False
                 load = self.client.script_load
                 return run(flow, self._send, load, self.stopped.wait, self._relearn)
             except LOST as exc:
@@ -561,10 +562,11 @@ class _AsyncIO:
     async def batch(self, op: Batch) -> list[Any]:
         moves, stale = Moves(self.move_timeout_s, "a tail's pipelined read"), False
         while True:
-            flow = _flow(op, self.scripts, self.move_timeout_s)
+            flow = _flow(op, self.scripts, moves)
             try:
                 if stale:
                     await self._relearn(Relearn(None))
+                    stale = False
                 load = self.client.script_load
                 return await arun(flow, self._send, load, self._nap, self._relearn)
             except LOST as exc:
