@@ -62,11 +62,11 @@ def test_many_checkpoints_leave_in_records_of_a_bounded_size_as_one_script_delet
     sync_saver._ops.slice_events = 25
     assert sync_saver._run(sync_saver._ops.delete_for_runs(["gone"])) == 210
     assert reads(sync_saver, "t") == expected
-    # a record names at most 20 (lua/compact_slice.lua's DROP_PAGE): its projection is one
+    # a record names at most 6 (lua/compact_slice.lua's DROP_PAGE): its projection is one
     # unit of a slice's work
     assert [
         len(ormsgpack.unpackb(f[b"items"])) // 2 for f in records(redis_client, sync_saver)
-    ] == [20] * 10 + [10]
+    ] == [6] * 35
     assert sorted(named(redis_client, sync_saver)) == sorted(gone)
     assert all(ormsgpack.unpackb(f[b"runs"]) == ["gone"] for f in records(redis_client, sync_saver))
     log = redis_client.xrange(thread_keys(sync_saver.prefix, "t").log)

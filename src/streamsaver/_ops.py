@@ -92,8 +92,9 @@ _IMPORT_BYTES = 256 * 1024
 _ROUND_SHARE_MS = 0.25
 # slices of a rebuild that found its log rewritten under it before it gives up slicing
 _REBUILD_RESTARTS = 3
-# slot indexes one slot_threads call reads on a standalone server (~0.6 ms of server time)
-_SLOTS_A_CALL = 1024
+# slot indexes one slot_threads call reads on a standalone server (~0.1 ms of server time; 1,024
+# held it ~0.6 ms, more than a slice of a long operation)
+_SLOTS_A_CALL = 128
 # a long operation's slices by default (Operations.slice_ms, slice_pause; README, "Other
 # tenants while one runs long operations", has the measurements behind them)
 DEFAULT_SLICE_MS = 0.25

@@ -38,10 +38,10 @@ for i = 10, #ARGV do
   named[ARGV[i]] = true
   run_no[ARGV[i]] = string.format('%04d', i - 10)
 end
--- a 'delete' record names at most this many checkpoints: its projection, 15-35 us each
--- (200 a record held the server 3-7 ms at 200,000 events, benchmarks.stall), is one unit of
--- work, about one slice
-local DROP_PAGE = 20
+-- a 'delete' record names at most this many checkpoints: its projection, 15-35 us each, is one
+-- unit of work, within a 0.25 ms slice (200 a record held the server 3-7 ms at 200,000 events,
+-- benchmarks.stall; 20 held it 0.7 ms at 30,000)
+local DROP_PAGE = 6
 
 local function last_id(key)
   local e = redis.call('XREVRANGE', key, '+', '-', 'COUNT', 1)[1]

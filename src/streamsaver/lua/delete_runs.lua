@@ -38,7 +38,7 @@ if mode == 'check' then
     return 0
   end
   local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)[1][1]
-  local t0 = redis.call('TIME')
+  local budget = tonumber(ARGV[6])
   local from = ARGV[5] == '' and '[c\255' or '(' .. ARGV[5]
   while true do
     -- newest first, so older ones' walks stop where a newer one's went (delta.lua's memo)
@@ -48,16 +48,15 @@ if mode == 'check' then
       if refused then
         return refused
       end
+      -- a member's walk is the unit: a page of them overran the budget (slice.lua)
+      if over(budget) then
+        return {'more', m, last}
+      end
     end
     if #page < 20 then
       return {'checked', '', last}
     end
     from = '(' .. page[#page]
-    local t = redis.call('TIME')
-    if (tonumber(t[1]) - tonumber(t0[1])) * 1000 + (tonumber(t[2]) - tonumber(t0[2])) / 1000
-        >= tonumber(ARGV[6]) then
-      return {'more', page[#page], last}
-    end
   end
 end
 
