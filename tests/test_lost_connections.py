@@ -10,8 +10,12 @@ still surfaces as it is."""
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import socket
+import threading
 import time
+import traceback
 from typing import Any
 
 import pytest
@@ -35,6 +39,10 @@ def _checkpoint(n: int) -> dict[str, Any]:
 
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
+
+
+def _traces(errors: list[BaseException]) -> str:
+    return "".join(line for e in errors for line in traceback.format_exception(e))
 
 
 def _config(thread: str) -> Any:
@@ -153,3 +161,72 @@ def test_a_cluster_gone_for_good_is_unavailable_after_the_move_timeout() -> None
             saver.get_tuple(_config("t"))
         # the move timeout, and redis-py's own retries of each attempt: bounded, not forever
         assert 0.5 <= time.monotonic() - started < 30
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_a_tail_reading_a_half_moved_slot_outlives_its_new_owner_pausing(
+    asynchronous: bool,
+) -> None:
+    """Mid-migration a tail's read is answered ASK, and sent to the slot's new owner; that
+    node stops answering for a while (a stall, a failover): the tail waits it out and goes
+    on, every event once, where it used to raise ServerUnavailableError at the first
+    timeout."""
+    with EmbeddedCluster(3) as own:
+        client = RedisCluster.from_url(own.url, socket_timeout=0.3)
+        saver = RedisStreamSaver(client, prefix="asked", slot_move_timeout_s=30)
+        saver.put(_config("t"), _checkpoint(1), {}, {"n": 2})
+        log = saver._ops.keys("t").log
+        slot = client.keyslot(log)
+        source = own.owner(slot)
+        target = next(p for p in own.primaries if p.port != source.port)
+        with redis.Redis(port=source.port) as src, redis.Redis(port=target.port) as dst:
+            ids = [r.execute_command("CLUSTER", "MYID").decode() for r in (src, dst)]
+            dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", ids[0])
+            src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", ids[1])
+            # the log on its new owner: the source answers the tail's reads with ASK
+            src.execute_command("MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", log)
+        seen: list[ThreadEvent] = []
+        errors: list[BaseException] = []
+
+        async def follow_async() -> None:
+            aclient = AsyncRedisCluster.from_url(own.url, socket_timeout=0.3)
+            asaver = AsyncRedisStreamSaver(aclient, prefix="asked", slot_move_timeout_s=30)
+            try:
+                async with asaver.atail("t", after="0", block_ms=100) as tail:
+                    async for event in tail:
+                        seen.append(event)
+                        if len(seen) == 2:
+                            break
+            finally:
+                await aclient.aclose()
+
+        def follow() -> None:
+            try:
+                if asynchronous:
+                    asyncio.run(follow_async())
+                    return
+                with saver.tail("t", after="0", block_ms=100) as tail:
+                    for event in tail:
+                        seen.append(event)
+                        if len(seen) == 2:
+                            break
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+
+        reader = threading.Thread(target=follow, daemon=True)
+        reader.start()
+        deadline = time.monotonic() + 10
+        while not seen and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(seen) == 1, errors
+        # the new owner stops answering for 1.5 s: five timeouts of the tail's reads there
+        os.kill(target.process.pid, signal.SIGSTOP)
+        time.sleep(1.5)
+        os.kill(target.process.pid, signal.SIGCONT)
+        assert reader.is_alive(), _traces(errors)
+        own.move_slot(slot, target)
+        saver.put(_config("t"), _checkpoint(2), {}, {"n": 3})
+        reader.join(20)
+        assert not errors and not reader.is_alive(), _traces(errors)
+        assert [e.id for e in seen] == [_text(i) for i, _ in client.xrange(log)]
+        client.close()

@@ -87,6 +87,8 @@ T = TypeVar("T", ThreadEvent, Delivery)
 R = TypeVar("R")
 _GRACE_S = 5.0  # a blocking read's timeout is its block time plus this
 _NETWORK = (RedisConnectionError, RedisTimeoutError)
+# _asked's answer when the node a read was asked to was lost: send the read again
+_LOST = object()
 
 
 def _ops(calls: Sequence[Command | ScriptCall]) -> list[Eval | Call]:
@@ -233,12 +235,16 @@ class _SyncIO:
                 self.client.nodes_manager.move_slot(reply)
                 self.stopped.wait(pause)
                 continue
-            return self._asked(reply, op)
+            reply = self._asked(reply, op, moves)
+            if reply is not _LOST:
+                return reply
         return None
 
-    def _asked(self, ask: AskError, op: Block) -> Any:
+    def _asked(self, ask: AskError, op: Block, moves: Moves) -> Any:
         """The read sent where ``ask`` says its key went, mid-migration: once, without
-        blocking (ASKING allows one command), and after a nap if it found nothing."""
+        blocking (ASKING allows one command), and after a nap if it found nothing. ``_LOST``
+        when that node's connection was lost (it failed over mid-migration): the layout is
+        learned again, and the read is sent again within ``moves``' deadline."""
         node = self.client.get_node(host=ask.host, port=ask.port)
         if node is None:  # a node the client has not heard of yet
             self.client.nodes_manager.initialize()
@@ -248,8 +254,12 @@ class _SyncIO:
         pipe.execute_command(*_unblocked(op.args))
         try:
             reply = pipe.execute(raise_on_error=False)[-1]
-        except _NETWORK as exc:
-            raise unavailable(exc) from exc
+        except LOST as exc:
+            self.stopped.wait(moves.after_lost(exc, self.cluster))
+            # a layout still unknown is learned from the next read's redirect
+            with contextlib.suppress(*_NETWORK):
+                self.client.nodes_manager.initialize()
+            return _LOST
         if not reply:
             self.stopped.wait(min(op.block_ms / 1000, _ASKED_NAP_S))
         return reply
@@ -585,12 +595,14 @@ class _AsyncIO:
         while not self.stopped.is_set() and time.monotonic() < deadline:
             await asyncio.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
 
-    async def _connection(self, key: str | None) -> _Dedicated:
+    async def _connection(self, key: str | None, node: Any = None) -> _Dedicated:
+        """The tail's own connection to ``key``'s node (or to ``node``)."""
         if self.cluster:
-            assert key is not None, "a blocking read on a cluster names its key"
-            # a tail may be a fresh client's first use: the slot map is learned on first call
-            await self.client.initialize()
-            node = self.client.get_node_from_key(key)
+            if node is None:
+                assert key is not None, "a blocking read on a cluster names its key"
+                # a tail may be a fresh client's first use: the slot map is learned on first call
+                await self.client.initialize()
+                node = self.client.get_node_from_key(key)
             cls, kwargs, name = node.connection_class, node.connection_kwargs, node.name
         else:
             pool = self.client.connection_pool
@@ -664,25 +676,37 @@ class _AsyncIO:
                 await self.client.nodes_manager.move_slot(reply)
                 await self._nap(pause)
                 continue
-            return await self._asked(reply, op)
+            reply = await self._asked(reply, op, moves)
+            if reply is not _LOST:
+                return reply
         return None
 
-    async def _asked(self, ask: AskError, op: Block) -> Any:
+    async def _asked(self, ask: AskError, op: Block, moves: Moves) -> Any:
         """As ``_SyncIO._asked``."""
         node = self.client.get_node(ask.host, ask.port)
         if node is None:
             await self.client.nodes_manager.initialize()
             return None
-        pipe = self.client.pipeline()
-        pipe.execute_command("ASKING", target_nodes=node)
-        pipe.execute_command(*_unblocked(op.args), target_nodes=node)
+        # on the tail's own connection to that node: redis-py's cluster pipeline, on a lost
+        # connection, closes every connection of the client and sends again without the
+        # target node ("No way to dispatch this command", redis-py 8.1)
         try:
-            replies = await pipe.execute(raise_on_error=False, allow_redirections=False)
-        except _NETWORK as exc:
-            raise unavailable(exc) from exc
-        if not replies[-1]:
+            conn = (await self._connection(None, node)).conn
+            await conn.send_packed_command(packed(conn, [("ASKING",), _unblocked(op.args)]))
+            await conn.read_response()
+            try:
+                reply = await conn.read_response()
+            except ResponseError as exc:
+                reply = exc
+        except LOST as exc:
+            await self._drop()
+            await self._nap(moves.after_lost(exc, self.cluster))
+            with contextlib.suppress(*_NETWORK):
+                await self.client.nodes_manager.initialize()
+            return _LOST
+        if not reply:
             await self._nap(min(op.block_ms / 1000, _ASKED_NAP_S))
-        return replies[-1]
+        return reply
 
     async def own_batch(self, op: Batch) -> list[Any]:
         async def exchange(dedicated: _Dedicated) -> list[Any]:
