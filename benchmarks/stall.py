@@ -83,6 +83,7 @@ OPERATIONS: dict[str, tuple[str, Callable[[RedisStreamSaver], object]]] = {
     "verify_chain": ("audit verify_chain", lambda tenant: tenant.verify_chain(BIG)),
     "copy_thread": ("copy_thread", lambda tenant: tenant.copy_thread(BIG, COPY)),
     "delete_for_runs": ("delete_for_runs", lambda tenant: tenant.delete_for_runs(["gone"])),
+    "seed": ("projector keys (rebuild --all)", lambda tenant: tenant.seed_projections()),
     "prune": ("prune keep_latest", lambda tenant: tenant.prune([BIG], strategy="keep_latest")),
     "delete_thread": ("delete_thread", lambda tenant: tenant.delete_thread(COPY)),
 }

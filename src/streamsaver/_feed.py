@@ -30,6 +30,7 @@ from ._keys import escape_glob
 
 __all__ = [
     "DEFAULT_FEED_MAXLEN",
+    "SEED_KINDS",
     "SLOTS",
     "SLOT_KINDS",
     "audit_of_log",
@@ -48,8 +49,11 @@ SLOTS = 16384
 # the suffixes of per-slot keys, here and in _projection.py: never a thread key's suffix (a
 # slot tag can be a thread's tag too). _migrate.py moves them from the earlier layout,
 # ``<prefix>:<kind>:{<slot tag>}`` (docs/keyspace.md)
+# a seed's scratch keys (lua/seed.lua), renamed over the projections it rebuilt, and its state
+SEED_KINDS = ("registry.seed", "activity.seed", "runs.seed", "meta.seed", "seed")
 SLOT_KINDS = (
     "feed", "parked", "audit", "threads", "projector", "registry", "activity", "runs", "meta",
+    *SEED_KINDS,
 )  # fmt: skip
 DEFAULT_FEED_MAXLEN = 10_000
 _MASK = SLOTS - 1

@@ -14,7 +14,7 @@ from __future__ import annotations
 import builtins
 from typing import NamedTuple
 
-from ._feed import SLOT_KINDS, SLOTS, slot_key, slot_of, slot_tag, threads_key
+from ._feed import SEED_KINDS, SLOT_KINDS, SLOTS, slot_key, slot_of, slot_tag, threads_key
 from ._flow import Call, Each, Flow, ScanLogs
 from ._keys import log_pattern, thread_id_of
 
@@ -39,7 +39,8 @@ def migrate_keys(prefix: str) -> Flow[Migrated]:
         (old_slot_key(prefix, s, kind), slot_key(prefix, s, kind))
         for s in range(SLOTS)
         for kind in SLOT_KINDS
-        if kind != "threads"
+        # neither existed in that layout
+        if kind != "threads" and kind not in SEED_KINDS
     ]
     moved, conflicts = 0, []
     for start in range(0, len(pairs), _BATCH):

@@ -21,16 +21,17 @@ past it (``lua/registry.lua``).
 from __future__ import annotations
 
 import builtins
+import secrets
 from collections.abc import Iterable, Sequence
 from functools import cache
 from typing import Any, NamedTuple
 
 import ormsgpack
 
-from ._feed import SLOTS, feed_key, slot_key
-from ._flow import Call, Each, Eval, Flow
+from ._feed import SEED_KINDS, SLOTS, feed_key, slot_key
+from ._flow import Call, Each, Eval, Flow, Pace
 from ._keys import thread_keys
-from ._ops import DEFAULT_SLICE_MS, threads_by_slot
+from ._ops import DEFAULT_SLICE_MS, ROUND_SHARE_MS, threads_by_slot
 from ._resp import as_text
 from ._tail import entries, streams
 from ._tail.steps import sweep_slice
@@ -38,8 +39,8 @@ from .events import ProjectorLag, SlotLag, ThreadInfo
 
 __all__ = ["Applied", "Projections", "SlotKeys", "slot_keys"]
 
-# slots per pipelined batch of seed scripts
-_SEED_BATCH = 256
+# threads named in one seed slice's call: a slot may hold any number
+_SEED_THREADS = 100
 _LAG_CAP = 100_000
 
 
@@ -61,6 +62,30 @@ def slot_keys(prefix: str, slot: int) -> SlotKeys:
             for name in ("projector", "registry", "activity", "runs", "meta")
         ),
     )
+
+
+class _Seed:
+    """One slot's seed in slices (lua/seed.lua): where its calls have got to."""
+
+    def __init__(self, slot: int, cursor: str, threads: Sequence[str]) -> None:
+        self.slot, self.cursor, self.threads = slot, cursor, threads
+        self.token, self.at, self.place, self.first = secrets.token_hex(8), 0, "", True
+
+    def call(self, prefix: str, budget: str) -> Eval:
+        chunk = self.threads[self.at : self.at + _SEED_THREADS]
+        flags = ("s" if self.first else "") + (
+            "l" if self.at + len(chunk) >= len(self.threads) else ""
+        )
+        args = (prefix, self.cursor, self.token, flags, budget, self.place, *chunk)
+        return Eval("seed", seed_keys(prefix, self.slot), args, write=True)
+
+    def went_on(self, finished: int, place: str) -> None:
+        self.at, self.place, self.first = self.at + finished, place, False
+
+
+def seed_keys(prefix: str, slot: int) -> tuple[str, ...]:
+    """lua/seed.lua's keys: the slot's (``SlotKeys``), then its seed's scratch keys and state."""
+    return (*slot_keys(prefix, slot), *(slot_key(prefix, slot, kind) for kind in SEED_KINDS))
 
 
 class Applied(NamedTuple):
@@ -163,10 +188,16 @@ class Projections:
         slots = (yield from self.feed_slots()) if self.cluster else None
         return (yield from threads_by_slot(self.prefix, self.cluster, slots))
 
-    def seed(self, slots: Iterable[int] | None = None) -> Flow[int]:
+    def seed(
+        self,
+        slots: Iterable[int] | None = None,
+        slice_ms: float = DEFAULT_SLICE_MS,
+        slice_pause: float = 0.0,
+    ) -> Flow[int]:
         """(Re)build the projections of ``slots`` (default: every slot with a feed or a
         thread) from the logs, and set their cursors; returns the number of threads
-        registered. Safe while graphs write and projectors run: see lua/seed.lua."""
+        registered. In slices of ``slice_ms``, paced by ``slice_pause`` (Operations'); safe
+        while graphs write and projectors run: see lua/seed.lua."""
         feeds = yield from self.feed_slots()
         replies = yield Each(
             tuple(
@@ -182,21 +213,25 @@ class Projections:
         # newer than its feed's end, so the projector applies it
         by_slot = yield from self._threads_by_slot()
         targets = sorted({*feeds, *by_slot} if slots is None else slots)
+        seeds = [_Seed(s, last.get(s, "0-0"), by_slot.get(s, [])) for s in targets]
+        pace = Pace(slice_pause)
+        # Redis runs a pipeline's calls back to back, as one: a round shares one slice's budget
+        # among as many slots as that budget can pay a call's least cost for (rebuild_many's)
+        width = max(1, int(slice_ms / ROUND_SHARE_MS))
         registered = 0
-        for start in range(0, len(targets), _SEED_BATCH):
-            chunk = targets[start : start + _SEED_BATCH]
-            replies = yield Each(
-                tuple(
-                    Eval(
-                        "seed",
-                        self.keys(s),
-                        (self.prefix, last.get(s, "0-0"), *by_slot.get(s, ())),
-                        write=True,
-                    )
-                    for s in chunk
-                )
-            )
-            registered += sum(int(_ok(r)) for r in replies)
+        while seeds:
+            round_ = seeds[:width]
+            budget = f"{slice_ms / len(round_):g}"
+            replies = yield Each(tuple(seed.call(self.prefix, budget) for seed in round_))
+            yield from pace.rest()
+            for seed, reply in zip(round_, replies, strict=True):
+                status = as_text(_ok(reply)[0])
+                if status == "done":
+                    registered += int(reply[1])
+                if status in ("done", "lost"):  # lost: another seed of it began since
+                    seeds.remove(seed)
+                else:
+                    seed.went_on(int(reply[1]), as_text(reply[2]))
         return registered
 
     def apply(

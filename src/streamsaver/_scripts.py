@@ -42,11 +42,13 @@ _ENTRIES: dict[str, tuple[str, ...]] = {
         for name in ("store_write", "store_read", "store_replay", "store_verify", "store_expire")
     },
     # the projector's (registry.lua)
-    "project": ("slice.lua", "common.lua", "meta.lua", "registry.lua", "project.lua"),
+    **{
+        name: ("slice.lua", "common.lua", "meta.lua", "registry.lua", f"{name}.lua")
+        for name in ("project", "seed")
+    },
     **{
         name: ("common.lua", "meta.lua", "registry.lua", f"{name}.lua")
         for name in (
-            "seed",
             "sweep",
             "lag",
             "thread_row",

@@ -64,6 +64,9 @@ _GROUPS: tuple[str, ...] = (
 
 PROJECTOR_COMMANDS: tuple[str, ...] = (
     *READER_COMMANDS, *_GROUPS, "hset", "hdel", "hincrby", "zadd", "zrem", "del", "srem",
+    # a seed's slices build in scratch keys (lua/seed.lua), which expire if it is abandoned, and
+    # swap them in
+    "pexpire", "persist", "rename", "unlink",
 )  # fmt: skip
 
 SAVER_COMMANDS: tuple[str, ...] = (
@@ -71,10 +74,10 @@ SAVER_COMMANDS: tuple[str, ...] = (
     # durability modes (WAITAOF only on servers that have it: see acl_rules)
     "wait", "waitaof",
     # what the write scripts call
-    "xtrim", "hsetnx", "pexpire", "pexpireat", "sadd", "persist",
-    # sliced rebuilds and compactions swap their scratch keys in (a compacted log's ids go on
-    # after the live one's: XSETID); deletions free in the background
-    "rename", "unlink", "xsetid",
+    "xtrim", "hsetnx", "pexpireat", "sadd",
+    # sliced rebuilds and compactions swap their scratch keys in, as seeds do (a compacted
+    # log's ids go on after the live one's: XSETID); deletions free in the background
+    "xsetid",
     # the Store's vector index: whether a bucket keeps its documents (lua/store.lua's mft)
     "get", "set",
 )  # fmt: skip

@@ -493,7 +493,7 @@ class AsyncRedisStreamSaver(StreamSaverBase):
         return await self._run(self._projections.lag())
 
     async def aseed_projections(self) -> int:
-        return await self._run(self._projections.seed())
+        return await self._run(self._projections.seed(None, self.slice_ms, self.slice_pause))
 
     # The sync interface, for callers on other threads (LangGraph's sync get_state & co).
     def _sync(self, coro: Coroutine[Any, Any, T]) -> T:

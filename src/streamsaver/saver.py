@@ -511,7 +511,7 @@ class RedisStreamSaver(StreamSaverBase):
     def seed_projections(self, slots: Iterable[int] | None = None) -> int:
         """Rebuild the projector's keys of ``slots`` (default: all) from the logs, as
         ``rebuild --all`` does; returns the number of threads registered."""
-        return self._run(self._projections.seed(slots))
+        return self._run(self._projections.seed(slots, self.slice_ms, self.slice_pause))
 
     def sweep_projections(self) -> int:
         """Forget registry rows and index entries of threads whose log is gone (deleted or

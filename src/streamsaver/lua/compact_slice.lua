@@ -393,6 +393,7 @@ end
 -- full server refuses it there, and the caller compacts in one script, which frees first. The
 -- swap is never in it: the caller sends it alone, so a durability mode waits after it.
 local units, going = 0, true
+units_begin()
 while going do
   going = step()
   units = units + 1

@@ -40,6 +40,7 @@ if mode == 'check' then
   local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)[1][1]
   local budget = tonumber(ARGV[6])
   local from = ARGV[5] == '' and '[c\255' or '(' .. ARGV[5]
+  units_begin()
   while true do
     -- newest first, so older ones' walks stop where a newer one's went (delta.lua's memo)
     local page = redis.call('ZREVRANGEBYLEX', KEYS[2], from, '[c', 'LIMIT', 0, 20)

@@ -12,6 +12,7 @@
 -- a copy into a deleted thread's id is a thread of its own (projection.lua's reuse_deleted())
 local deleted = redis.call('HEXISTS', KEYS[3], 'd') == 1
 local i, n, budget = 5, 0, tonumber(ARGV[4])
+units_begin()
 while i <= #ARGV and (n == 0 or not over(budget)) do
   local count = tonumber(ARGV[i])
   local ev = {}

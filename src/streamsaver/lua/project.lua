@@ -21,6 +21,7 @@ local batch = after_cursor(feed, cursor, stop, count)
 local known = {checkpoint = true, writes = true, delete = true, thread_deleted = true}
 local order, whole, unknown, acc = {}, {}, {}, {}
 local taken = 0
+units_begin()
 for i, e in ipairs(batch) do
   if i > 1 and over(budget) then
     break

@@ -36,6 +36,7 @@ local applied, skipped, last, done = 0, 0, nil, false
 -- a fresh start's scratch keys are empty: no read needs to fall through to them
 sink = buffered(fresh == 0)
 local stop = false
+units_begin()
 while not stop do
   local batch = redis.call('XRANGE', log, start, '+', 'COUNT', 10)
   for _, e in ipairs(batch) do

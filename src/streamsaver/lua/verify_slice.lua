@@ -168,6 +168,7 @@ local function step()
 end
 
 local going = true
+units_begin()
 while going do
   local caught = catch_up()
   if s.phase == 'replay' then

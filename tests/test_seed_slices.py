@@ -1,0 +1,129 @@
+"""A slot's seed in slices (lua/seed.lua; issue 13): rebuild --all and a projector's first start
+build the projections from the logs in calls of ``slice_ms`` each, in scratch keys swapped in by
+the last, so no slot's threads hold the server (one script over a slot of 100,000 events held
+it 0.53 s). What they build is what one call builds, with writers and other seeds going on
+between the slices."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import redis
+
+from streamsaver import RedisStreamSaver
+from streamsaver._feed import SEED_KINDS, slot_key, slot_of
+from streamsaver._flow import Eval
+from streamsaver._keys import thread_keys
+from tests.test_projector import projections, work
+from tests.test_slices import counting, finish
+
+
+def crowded_slot(prefix: str, threads: int) -> list[str]:
+    """``threads`` thread ids whose keys share one slot: a slot's seed walks them in turn."""
+    by_slot: dict[int, list[str]] = defaultdict(list)
+    n = 0
+    while True:
+        t = f"s{n}"
+        by_slot[slot_of(thread_keys(prefix, t).log)].append(t)
+        if len(by_slot[slot_of(thread_keys(prefix, t).log)]) == threads:
+            return by_slot[slot_of(thread_keys(prefix, t).log)]
+        n += 1
+
+
+def histories(saver: RedisStreamSaver, prefix: str) -> list[str]:
+    threads = crowded_slot(prefix, 3)
+    for i, t in enumerate(threads):
+        work(saver, t, 12, f"r{i}")
+    work(saver, "elsewhere", 3, "r0")
+    return [*threads, "elsewhere"]
+
+
+def one_call(saver: RedisStreamSaver, client: redis.Redis, prefix: str) -> dict[bytes, Any]:
+    saver.slice_ms = 10_000.0
+    saver.seed_projections()
+    return projections(client, prefix)
+
+
+def no_scratch(client: redis.Redis, prefix: str, threads: list[str]) -> bool:
+    slots = {slot_of(thread_keys(prefix, t).log) for t in threads}
+    return not any(client.exists(slot_key(prefix, s, kind)) for s in slots for kind in SEED_KINDS)
+
+
+def test_a_sliced_seed_equals_one_call(
+    sync_saver: RedisStreamSaver, redis_client: redis.Redis, prefix: str
+) -> None:
+    threads = histories(sync_saver, prefix)
+    expected = one_call(sync_saver, redis_client, prefix)
+    assert sum(len(v) for v in expected.values()) > 20
+    for name in ("registry", "activity", "runs", "meta"):
+        for key in redis_client.scan_iter(match=f"{prefix}:{{*}}:{name}"):
+            redis_client.delete(key)
+
+    sync_saver.slice_ms = 0.000001  # a budget no call meets: one unit of work each
+    calls = counting(sync_saver, "seed")
+    assert sync_saver.seed_projections() == len(threads)
+    # a unit is a thread's row or one event: the crowded slot alone takes one call per event
+    assert len(calls) > 3 * 24
+    assert projections(redis_client, prefix) == expected
+    assert no_scratch(redis_client, prefix, threads)
+    assert sync_saver.projector_lag().usable
+
+
+def run_until_second_call(saver: RedisStreamSaver, flow: Any) -> Any:
+    """Drive ``flow`` through its first seed call; the reply to send it next."""
+    reply, seen = None, 0
+    while True:
+        op = flow.send(reply)
+        reply = saver._execute(op)
+        ops = getattr(op, "ops", (op,))
+        seen += sum(1 for o in ops if isinstance(o, Eval) and o.script == "seed")
+        if seen:
+            return reply
+
+
+def catch_up(saver: RedisStreamSaver, prefix: str, threads: list[str]) -> None:
+    for slot in {slot_of(thread_keys(prefix, t).log) for t in threads}:
+        while True:
+            done = saver.project(slot)
+            assert done.status == "ok"
+            if not done.more:
+                break
+
+
+def test_writes_between_the_slices_reach_the_projections_through_the_feed(
+    sync_saver: RedisStreamSaver, redis_client: redis.Redis, prefix: str
+) -> None:
+    threads = histories(sync_saver, prefix)
+    flow = sync_saver._projections.seed(None, 0.000001, 0.0)
+    reply = run_until_second_call(sync_saver, flow)
+    # meanwhile: the crowded slot's threads go on, one is deleted, a new one starts
+    work(sync_saver, threads[0], 2, "late")
+    work(sync_saver, threads[2], 1, "r9")
+    sync_saver.delete_thread(threads[1])
+    new = crowded_slot(prefix, 4)[3]
+    work(sync_saver, new, 2, "new")
+    finish(sync_saver, flow, reply)
+    assert no_scratch(redis_client, prefix, threads)
+    # what the seed's cursor left after it, the projector applies
+    catch_up(sync_saver, prefix, [*threads, new])
+    assert sync_saver.projector_lag().pending == 0
+    incremental = projections(redis_client, prefix)
+    assert incremental == one_call(sync_saver, redis_client, prefix)
+    listed = {i.thread_id for i in sync_saver.threads()}
+    assert new in listed and threads[1] not in listed
+
+
+def test_a_seed_begun_since_finishes_the_slot_the_first_one_leaves(
+    sync_saver: RedisStreamSaver, redis_client: redis.Redis, prefix: str
+) -> None:
+    threads = histories(sync_saver, prefix)
+    expected = one_call(sync_saver, redis_client, prefix)
+    first = sync_saver._projections.seed(None, 0.000001, 0.0)
+    reply = run_until_second_call(sync_saver, first)
+    sync_saver.slice_ms = 0.000001
+    assert sync_saver.seed_projections() == len(threads)
+    # the first seed's remaining calls find the other's token: they leave the slot to it
+    finish(sync_saver, first, reply)
+    assert projections(redis_client, prefix) == expected
+    assert no_scratch(redis_client, prefix, threads)
