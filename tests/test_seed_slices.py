@@ -15,7 +15,8 @@ from streamsaver import RedisStreamSaver
 from streamsaver._feed import SEED_KINDS, slot_key, slot_of
 from streamsaver._flow import Eval
 from streamsaver._keys import thread_keys
-from tests.test_projector import projections, work
+from streamsaver.projector import Projector
+from tests.test_projector import checkpoint, projections, work
 from tests.test_slices import counting, finish
 
 
@@ -127,3 +128,38 @@ def test_a_seed_begun_since_finishes_the_slot_the_first_one_leaves(
     finish(sync_saver, first, reply)
     assert projections(redis_client, prefix) == expected
     assert no_scratch(redis_client, prefix, threads)
+
+
+def test_a_long_log_rewritten_is_recomputed_by_a_sliced_seed_not_in_the_projectors_call(
+    sync_saver: RedisStreamSaver, redis_client: redis.Redis, prefix: str
+) -> None:
+    """A compaction's tombstone asks for its thread's recompute, a read of its whole log: in
+    the projector's own call that held the server for as long as the log (seconds for a
+    million events). A log over 50 events is answered ``reseed`` instead, and the projector
+    seeds the slot in slices."""
+    work(sync_saver, "long", 40, "r1")
+    sync_saver.put_writes(
+        sync_saver.put(
+            {"configurable": {"thread_id": "long", "checkpoint_ns": "", "checkpoint_id": None}},
+            checkpoint(99, n=99),
+            {"step": 99, "source": "loop", "run_id": "gone", "user": "lo"},
+            {"n": 100},
+        ),
+        [("n", 99)],
+        "task99",
+    )
+    slot = slot_of(thread_keys(prefix, "long").log)
+    sync_saver.seed_projections()
+    sync_saver.delete_for_runs(["gone"])
+    assert redis_client.xlen(thread_keys(prefix, "long").log) > 50
+    before = redis_client.hget(slot_key(prefix, slot, "projector"), "cursor")
+    done = sync_saver.project(slot)
+    assert (done.status, done.thread, done.applied) == ("reseed", "long", 0)
+    assert redis_client.hget(slot_key(prefix, slot, "projector"), "cursor") == before
+    # what the projector service does with it
+    projector = Projector(sync_saver)
+    projector.apply(slot, [])
+    assert projector.totals.reseeded == 1
+    assert sync_saver.projector_lag().pending == 0
+    assert projections(redis_client, prefix) == one_call(sync_saver, redis_client, prefix)
+    assert "gone" not in str(projections(redis_client, prefix))

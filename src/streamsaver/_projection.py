@@ -90,13 +90,15 @@ def seed_keys(prefix: str, slot: int) -> tuple[str, ...]:
 
 class Applied(NamedTuple):
     """What one project.lua call did: ``status`` is ``ok``, or ``behind`` (the slot needs a
-    seed); ``unknown`` lists "<feed id> <kind>" of kinds this version lacks."""
+    seed), or ``reseed`` (it needs one to recompute ``thread``, whose long log was rewritten);
+    ``unknown`` lists "<feed id> <kind>" of kinds this version lacks."""
 
     status: str
     applied: int = 0
     cursor: str = ""
     more: bool = False
     unknown: tuple[str, ...] = ()
+    thread: str = ""
 
 
 def _ok(reply: Any) -> Any:
@@ -253,6 +255,8 @@ class Projections:
             write=True,
         )
         status = as_text(reply[0])
+        if status == "reseed":
+            return Applied(status, thread=as_text(reply[1]))
         if status != "ok":
             return Applied(status)
         return Applied(

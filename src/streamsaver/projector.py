@@ -82,8 +82,11 @@ class Projector:
             log.info("seeded: %d threads registered", registered)
         self.catch_up()
 
-    def _reseed(self, slots: list[int]) -> None:
-        log.warning("slots %s have no usable cursor (trimmed feed?): seeding them again", slots)
+    def _reseed(self, slots: list[int], why: str = "") -> None:
+        if why:
+            log.info("slot %s: %s: seeding it again", slots[0], why)
+        else:
+            log.warning("slots %s have no usable cursor (trimmed feed?): seeding them again", slots)
         self.saver.seed_projections(slots)
         self.totals.reseeded += len(slots)
 
@@ -98,6 +101,9 @@ class Projector:
     def apply(self, slot: int, acks: list[str]) -> None:
         while True:
             done = self.saver.project(slot, count=self.batch, group=self.group, acks=acks)
+            if done.status == "reseed":
+                self._reseed([slot], f"thread {done.thread!r}'s long log was rewritten")
+                continue
             if done.status != "ok":
                 self._reseed([slot])
                 continue

@@ -9,7 +9,9 @@
 -- Returns {'ok', applied, cursor, more (1: entries remain up to ARGV[3]), unknown...}, each
 -- unknown "<feed id> <kind>" an entry of a kind this version does not know (its thread is
 -- recomputed from its log), or {'behind'}: entries after the cursor were trimmed unapplied
--- (or, on Redis 6.2, the slot was never seeded): the slot needs seed.lua.
+-- (or, on Redis 6.2, the slot was never seeded), or {'reseed', thread}: an entry asks for a
+-- thread's recompute (its log was rewritten) and its log is long: either way the slot needs
+-- seed.lua's slices, and nothing was applied.
 local feed, state = KEYS[1], KEYS[2]
 local prefix, count, stop, group = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local budget = tonumber(ARGV[5])
@@ -19,6 +21,8 @@ if not cursor then
 end
 local batch = after_cursor(feed, cursor, stop, count)
 local known = {checkpoint = true, writes = true, delete = true, thread_deleted = true}
+-- the longest log recomputed in this call (~5 us an event)
+local RECOMPUTE_MOST = 50
 local order, whole, unknown, acc = {}, {}, {}, {}
 local taken = 0
 units_begin()
@@ -45,12 +49,20 @@ for i, e in ipairs(batch) do
     else
       unknown[#unknown + 1] = e[1] .. ' ' .. tostring(p.k)
     end
-    -- a compacted (origin), gone or unknown entry may have removed history: recompute
-    if f == nil or f.origin ~= nil then
+    -- a gone or unknown entry may have removed history: recompute. A compaction's copies
+    -- (origin) add what their sources did; its tombstone, announced first, recomputes
+    if f == nil then
       whole[t] = true
     elseif not whole[t] then
       index_event(acc, KEYS, t, f)
     end
+  end
+end
+-- a recompute reads the whole log in this call: a long one is left to a seed of the slot, in
+-- slices (nothing is written here, and the cursor stays)
+for _, t in ipairs(order) do
+  if whole[t] and redis.call('XLEN', thread_base(prefix, t) .. 'log') > RECOMPUTE_MOST then
+    return {'reseed', t}
   end
 end
 -- before any recompute(), which drops a thread's members and adds its log's again
