@@ -125,9 +125,9 @@ def rebuild(
     scratch keys, a few milliseconds of server time at a time, and the last slice swaps them
     in: writers carry on meanwhile and readers never see a half-built index. With --all, the
     projector's keys (thread registry, run and metadata indexes) are rebuilt too, per
-    cluster slot in the same slices, swapped in by each slot's last. Exits 1 if an event was skipped (unknown kind, newer schema,
-    malformed, or an append part whose base or shared write is not stored), each named by
-    its event id.
+    cluster slot in the same slices, swapped in by each slot's last. Exits 1 if an event was
+    skipped (unknown kind, newer schema, malformed, or an append part whose base or shared
+    write is not stored), each named by its event id.
     """
     from redis.exceptions import NoPermissionError
 
