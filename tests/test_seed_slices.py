@@ -163,3 +163,40 @@ def test_a_long_log_rewritten_is_recomputed_by_a_sliced_seed_not_in_the_projecto
     assert sync_saver.projector_lag().pending == 0
     assert projections(redis_client, prefix) == one_call(sync_saver, redis_client, prefix)
     assert "gone" not in str(projections(redis_client, prefix))
+
+
+def test_a_seed_ends_though_its_threads_are_written_faster_than_it_reads(
+    sync_saver: RedisStreamSaver, redis_client: redis.Redis, prefix: str
+) -> None:
+    """A thread's slices stop at its log's last event when its row was made: what comes after
+    is after the seed's cursor, and the projector applies it. Chasing the log's end, a seed of
+    a thread written faster than its slices read never finished (a projector starting beside
+    busy graphs on a cluster stayed in it)."""
+    work(sync_saver, "busy", 10, "r1")
+    sync_saver.slice_ms = 0.000001  # one event a call
+    calls = counting(sync_saver, "seed")
+    original = sync_saver._execute
+    config: Any = {"configurable": {"thread_id": "busy", "checkpoint_ns": ""}}
+    steps = [100]
+
+    writing = [False]
+
+    def busy_writer(op: Any) -> Any:
+        reply = original(op)
+        if calls and len(calls) < 500 and not writing[0]:
+            # two events after each of the seed's calls
+            nonlocal config
+            writing[0] = True
+            cp = checkpoint(steps[0], n=steps[0])
+            config = sync_saver.put(config, cp, {}, {"n": steps[0] + 1})
+            sync_saver.put_writes(config, [("n", steps[0])], f"task{steps[0]}")
+            steps[0] += 1
+            writing[0] = False
+        return reply
+
+    sync_saver._execute = busy_writer  # type: ignore[method-assign]
+    assert sync_saver.seed_projections() == 1
+    assert len(calls) < 100
+    sync_saver._execute = original  # type: ignore[method-assign]
+    catch_up(sync_saver, prefix, ["busy"])
+    assert projections(redis_client, prefix) == one_call(sync_saver, redis_client, prefix)

@@ -34,7 +34,7 @@ from ._keys import thread_keys
 from ._ops import DEFAULT_SLICE_MS, ROUND_SHARE_MS, threads_by_slot
 from ._resp import as_text
 from ._tail import entries, streams
-from ._tail.steps import sweep_slice
+from ._tail.steps import feed_probes, sweep_slice
 from .events import ProjectorLag, SlotLag, ThreadInfo
 
 __all__ = ["Applied", "Projections", "SlotKeys", "slot_keys"]
@@ -67,15 +67,15 @@ def slot_keys(prefix: str, slot: int) -> SlotKeys:
 class _Seed:
     """One slot's seed in slices (lua/seed.lua): where its calls have got to."""
 
-    def __init__(self, slot: int, cursor: str, threads: Sequence[str]) -> None:
-        self.slot, self.cursor, self.threads = slot, cursor, threads
+    def __init__(self, slot: int, cursor: str, threads: Sequence[str], unseeded: bool) -> None:
+        self.slot, self.cursor, self.threads, self.unseeded = slot, cursor, threads, unseeded
         self.token, self.at, self.place, self.first = secrets.token_hex(8), 0, "", True
 
     def call(self, prefix: str, budget: str) -> Eval:
         chunk = self.threads[self.at : self.at + _SEED_THREADS]
-        flags = ("s" if self.first else "") + (
-            "l" if self.at + len(chunk) >= len(self.threads) else ""
-        )
+        last = self.at + len(chunk) >= len(self.threads)
+        flags = ("s" if self.first else "") + ("l" if last else "")
+        flags += "u" if self.first and self.unseeded else ""
         args = (prefix, self.cursor, self.token, flags, budget, self.place, *chunk)
         return Eval("seed", seed_keys(prefix, self.slot), args, write=True)
 
@@ -90,7 +90,8 @@ def seed_keys(prefix: str, slot: int) -> tuple[str, ...]:
 
 class Applied(NamedTuple):
     """What one project.lua call did: ``status`` is ``ok``, or ``behind`` (the slot needs a
-    seed), or ``reseed`` (it needs one to recompute ``thread``, whose long log was rewritten);
+    seed), or ``reseed`` (it needs one to recompute ``thread``, whose long log was rewritten),
+    or ``seeding`` (a seed of it is under way: nothing applied);
     ``unknown`` lists "<feed id> <kind>" of kinds this version lacks."""
 
     status: str
@@ -172,8 +173,8 @@ class Projections:
             replies = yield Each(tuple(Call(("EXISTS", k)) for k in names))
             found = [s for s, r in zip(unknown, replies, strict=True) if _ok(r)]
         else:
-            reply = yield Call(("XREAD", "COUNT", 1, "STREAMS", *names, *["0-0"] * len(names)))
-            present = {key for key, _ in streams(reply)}
+            replies = yield Each(tuple(Call(probe) for probe in feed_probes(names)))
+            present = {key for reply in replies for key, _ in streams(_ok(reply))}
             found = [s for s, k in zip(unknown, names, strict=True) if k in present]
         self._known.update(found)
         self._probed = True
@@ -195,11 +196,13 @@ class Projections:
         slots: Iterable[int] | None = None,
         slice_ms: float = DEFAULT_SLICE_MS,
         slice_pause: float = 0.0,
+        unseeded_only: bool = False,
     ) -> Flow[int]:
         """(Re)build the projections of ``slots`` (default: every slot with a feed or a
         thread) from the logs, and set their cursors; returns the number of threads
         registered. In slices of ``slice_ms``, paced by ``slice_pause`` (Operations'); safe
-        while graphs write and projectors run: see lua/seed.lua."""
+        while graphs write and projectors run: see lua/seed.lua. ``unseeded_only``: leave
+        the slots that have a cursor."""
         feeds = yield from self.feed_slots()
         replies = yield Each(
             tuple(
@@ -215,7 +218,7 @@ class Projections:
         # newer than its feed's end, so the projector applies it
         by_slot = yield from self._threads_by_slot()
         targets = sorted({*feeds, *by_slot} if slots is None else slots)
-        seeds = [_Seed(s, last.get(s, "0-0"), by_slot.get(s, [])) for s in targets]
+        seeds = [_Seed(s, last.get(s, "0-0"), by_slot.get(s, []), unseeded_only) for s in targets]
         pace = Pace(slice_pause)
         # Redis runs a pipeline's calls back to back, as one: a round shares one slice's budget
         # among as many slots as that budget can pay a call's least cost for (rebuild_many's)

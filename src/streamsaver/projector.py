@@ -78,7 +78,9 @@ class Projector:
         """Seed what has no projections yet (first start, or keys deleted), then catch up."""
         if not self.saver.projector_seeded():
             log.info("no projections yet: seeding them from the thread logs")
-            registered = self.saver.seed_projections()
+            # a replica starting at the same time seeds too: a slot it seeded and went on
+            # applying is left to it (seeding it again would move its cursor back)
+            registered = self.saver.seed_projections(unseeded_only=True)
             log.info("seeded: %d threads registered", registered)
         self.catch_up()
 
@@ -101,6 +103,9 @@ class Projector:
     def apply(self, slot: int, acks: list[str]) -> None:
         while True:
             done = self.saver.project(slot, count=self.batch, group=self.group, acks=acks)
+            if done.status == "seeding":
+                # another process seeds the slot; the next catch-up applies what follows
+                return
             if done.status == "reseed":
                 self._reseed([slot], f"thread {done.thread!r}'s long log was rewritten")
                 continue

@@ -508,10 +508,16 @@ class RedisStreamSaver(StreamSaverBase):
         saver's first call in one slice of the slots per call rather than in all of them."""
         return self._run(self._projections.lag(fresh))
 
-    def seed_projections(self, slots: Iterable[int] | None = None) -> int:
+    def seed_projections(
+        self, slots: Iterable[int] | None = None, *, unseeded_only: bool = False
+    ) -> int:
         """Rebuild the projector's keys of ``slots`` (default: all) from the logs, as
-        ``rebuild --all`` does; returns the number of threads registered."""
-        return self._run(self._projections.seed(slots, self.slice_ms, self.slice_pause))
+        ``rebuild --all`` does; returns the number of threads registered. ``unseeded_only``:
+        leave the slots that have a cursor (what a projector's first start seeds: another
+        replica starting with it may have seeded and moved on)."""
+        return self._run(
+            self._projections.seed(slots, self.slice_ms, self.slice_pause, unseeded_only)
+        )
 
     def sweep_projections(self) -> int:
         """Forget registry rows and index entries of threads whose log is gone (deleted or

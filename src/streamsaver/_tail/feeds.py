@@ -39,6 +39,7 @@ from .steps import (
     Report,
     Step,
     TailFlow,
+    feed_probes,
     sweep_slice,
 )
 from .thread import _namespace, _positive, _Reader
@@ -106,13 +107,9 @@ class _Feeds(_Reader):
             replies = yield Batch(tuple(("EXISTS", k) for k in keys))
             found = [s for s, r in zip(slots, replies, strict=True) if _check(r)]
         else:
-            # the feeds that have an entry (a feed is created by its first XADD), one command
-            # per slice: each reply comes quickly, whatever socket timeout the client has
-            size = SLOTS // SWEEP_SLICES
-            chunks = [keys[i : i + size] for i in range(0, len(keys), size)]
-            replies = yield Batch(
-                tuple(("XREAD", "COUNT", 1, "STREAMS", *c, *["0-0"] * len(c)) for c in chunks)
-            )
+            # one command per slice: each reply comes quickly, whatever socket timeout the
+            # client has
+            replies = yield Batch(feed_probes(keys))
             present = {key for reply in replies for key, _ in streams(_check(reply))}
             found = [s for s, k in zip(slots, keys, strict=True) if k in present]
         self.known += found

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib.resources import files
@@ -23,6 +23,17 @@ def sweep_slice(start: int) -> tuple[range, int]:
     """The slots a periodic probe names from ``start``, and where the next one starts."""
     size = SLOTS // SWEEP_SLICES
     return range(start, start + size), (start + size) % SLOTS
+
+
+def feed_probes(keys: Sequence[str]) -> tuple[tuple[str | int, ...], ...]:
+    """Which of the feeds ``keys`` exist (a feed is created by its first XADD) on a standalone
+    server: an XREAD per slice of the slots, pipelined. One XREAD of all 16,384 names held the
+    server 1.3-1.5 ms (Redis 7.0); a slice's ~0.1 ms lets other clients in between."""
+    size = SLOTS // SWEEP_SLICES
+    return tuple(
+        ("XREAD", "COUNT", 1, "STREAMS", *keys[i : i + size], *["0-0"] * len(keys[i : i + size]))
+        for i in range(0, len(keys), size)
+    )
 
 
 # What a tailing client sends (acl.py's roles include them): read-only tails need the first

@@ -11,10 +11,16 @@
 -- recomputed from its log), or {'behind'}: entries after the cursor were trimmed unapplied
 -- (or, on Redis 6.2, the slot was never seeded), or {'reseed', thread}: an entry asks for a
 -- thread's recompute (its log was rewritten) and its log is long: either way the slot needs
--- seed.lua's slices, and nothing was applied.
+-- seed.lua's slices, and nothing was applied; or {'seeding'}: a seed of the slot is under
+-- way, nothing was applied (it sets the cursor when it ends).
 local feed, state = KEYS[1], KEYS[2]
 local prefix, count, stop, group = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local budget = tonumber(ARGV[5])
+-- a seed of the slot in progress (seed.lua) will set the cursor when it swaps its keys in:
+-- what this call applied would be applied again after it
+if redis.call('EXISTS', string.sub(feed, 1, #feed - 4) .. 'seed') == 1 then
+  return {'seeding'}
+end
 local cursor = usable_cursor(feed, state)
 if not cursor then
   return {'behind'}
