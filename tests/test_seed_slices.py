@@ -25,10 +25,10 @@ def crowded_slot(prefix: str, threads: int) -> list[str]:
     by_slot: dict[int, list[str]] = defaultdict(list)
     n = 0
     while True:
-        t = f"s{n}"
-        by_slot[slot_of(thread_keys(prefix, t).log)].append(t)
-        if len(by_slot[slot_of(thread_keys(prefix, t).log)]) == threads:
-            return by_slot[slot_of(thread_keys(prefix, t).log)]
+        same = by_slot[slot_of(thread_keys(prefix, f"s{n}").log)]
+        same.append(f"s{n}")
+        if len(same) == threads:
+            return same
         n += 1
 
 

@@ -75,6 +75,7 @@ from ._resp import as_text
 __all__ = [
     "Operations",
     "Replay",
+    "round_width",
     "threads_by_slot",
 ]
 
@@ -89,7 +90,7 @@ _IMPORT_BYTES = 256 * 1024
 # call's fixed cost (its entry, its state read and saved) is most of the call (benchmarks.rebuild,
 # 500 threads of 100 events: 5 threads sharing 0.25 ms rebuilt 2,457 events/s, one thread with
 # all of it 5,696); at the default slice_ms a round is one thread
-ROUND_SHARE_MS = 0.25
+_ROUND_SHARE_MS = 0.25
 # slices of a rebuild that found its log rewritten under it before it gives up slicing
 _REBUILD_RESTARTS = 3
 # slot indexes one slot_threads call reads on a standalone server (~0.1 ms of server time; 1,024
@@ -744,7 +745,7 @@ class Operations:
         """Rebuild several threads in slices (lua/replay_slice.lua): each call replays at most
         ``slice_events`` events or ``slice_ms`` of server time, so no tenant's long log holds
         the server; a round's pipeline (Redis runs it as one block) shares one slice's budget
-        among threads, each given ROUND_SHARE_MS at least (one thread at the default slice_ms).
+        among threads (round_width: one thread at the default slice_ms).
         Each thread's indexes are swapped in whole, by its last slice: readers never see a
         half-rebuilt index, and writes made meanwhile are kept."""
         ids = [thread_id_str(t, "thread_id") for t in thread_ids]
@@ -753,9 +754,7 @@ class Operations:
         cursors = [""] * len(keys)
         totals = [Replay(0, 0, []) for _ in keys]
         restarts, pace = [0] * len(keys), Pace(self.slice_pause)
-        # Redis runs a pipeline's calls back to back, as one: a round shares one slice's budget
-        # among as many threads as that budget can pay a call's least cost for
-        width = max(1, int(self.slice_ms / ROUND_SHARE_MS))
+        width = round_width(self.slice_ms)
         while len(done) < len(keys):
             pending = [i for i in range(len(keys)) if i not in done][:width]
             budget = f"{self.slice_ms / len(pending):g}"
@@ -924,6 +923,13 @@ class Operations:
             return ids
         marks = yield Each(tuple(Call(("HEXISTS", self.keys(t).ptr, "d")) for t in ids))
         return [t for t, d in zip(ids, marks, strict=True) if d != 1]
+
+
+def round_width(slice_ms: float) -> int:
+    """How many calls one round of a sliced operation (rebuild_many's threads, a seed's slots)
+    shares its slice among: Redis runs a pipeline's calls back to back, as one, so a round gets
+    one slice's budget, split among as many calls as it can pay _ROUND_SHARE_MS each for."""
+    return max(1, int(slice_ms / _ROUND_SHARE_MS))
 
 
 def threads_by_slot(

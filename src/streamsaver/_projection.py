@@ -31,7 +31,7 @@ import ormsgpack
 from ._feed import SEED_KINDS, SLOTS, feed_key, slot_key
 from ._flow import Call, Each, Eval, Flow, Pace
 from ._keys import thread_keys
-from ._ops import DEFAULT_SLICE_MS, ROUND_SHARE_MS, threads_by_slot
+from ._ops import DEFAULT_SLICE_MS, round_width, threads_by_slot
 from ._resp import as_text
 from ._tail import entries, streams
 from ._tail.steps import feed_probes, sweep_slice
@@ -220,9 +220,7 @@ class Projections:
         targets = sorted({*feeds, *by_slot} if slots is None else slots)
         seeds = [_Seed(s, last.get(s, "0-0"), by_slot.get(s, []), unseeded_only) for s in targets]
         pace = Pace(slice_pause)
-        # Redis runs a pipeline's calls back to back, as one: a round shares one slice's budget
-        # among as many slots as that budget can pay a call's least cost for (rebuild_many's)
-        width = max(1, int(slice_ms / ROUND_SHARE_MS))
+        width = round_width(slice_ms)
         registered = 0
         while seeds:
             round_ = seeds[:width]

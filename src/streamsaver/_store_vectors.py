@@ -70,7 +70,7 @@ class VectorIndex:
                 f"index['dims']={self.dims}): drop it (FT.DROPINDEX {self.name} DD) and call "
                 f"setup() again, or set dims to the model's size"
             )
-        return str(as_text(found.get("indexing", 0))) in ("0", "0.0")
+        return as_text(found.get("indexing", 0)) in ("0", "0.0")
 
     def search(self, namespace_prefix: str, query: Sequence[float], k: int) -> tuple[Any, ...]:
         """The ``k`` nearest vectors under ``namespace_prefix`` ('' for all): the namespace

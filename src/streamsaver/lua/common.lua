@@ -236,11 +236,16 @@ local function append_event(log, fields, id, ch)
   return redis.call('XADD', log, id or '*', unpack(fields)), dg
 end
 
--- The slot's thread index, named after its feed (streamsaver/_feed.py: '<prefix>:{<slot tag>}:'
--- then 'feed' or 'threads'): derived from the feed key rather than passed, so every script
--- that appends keeps its KEYS, and it always shares the feed's slot.
+-- The slot's other per-slot keys, named after its feed (streamsaver/_feed.py: '<prefix>:{<slot
+-- tag>}:' then its kind): derived from the feed key rather than passed, so every script that
+-- appends keeps its KEYS, and they always share the feed's slot.
+local function slot_sibling(feed, kind)
+  return string.sub(feed, 1, #feed - 4) .. kind
+end
+
+-- The slot's thread index.
 local function thread_index(feed)
-  return string.sub(feed, 1, #feed - 4) .. 'threads'
+  return slot_sibling(feed, 'threads')
 end
 
 -- The feed: every event appended to a thread's log is announced, in the same script, by a small

@@ -18,7 +18,7 @@ local prefix, count, stop, group = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local budget = tonumber(ARGV[5])
 -- a seed of the slot in progress (seed.lua) will set the cursor when it swaps its keys in:
 -- what this call applied would be applied again after it
-if redis.call('EXISTS', string.sub(feed, 1, #feed - 4) .. 'seed') == 1 then
+if redis.call('EXISTS', slot_sibling(feed, 'seed')) == 1 then
   return {'seeding'}
 end
 local cursor = usable_cursor(feed, state)

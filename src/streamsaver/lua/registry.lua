@@ -110,7 +110,8 @@ local function live(log, ptr)
   return redis.call('EXISTS', log) == 1 and redis.call('HEXISTS', ptr, 'd') == 0
 end
 
--- A thread's registry row, or nil when it is gone (deleted or expired).
+-- A thread's registry row, or nil when it is gone (deleted or expired); then the log's last
+-- entry id, which it reads (seed.lua stops there).
 local function thread_row(log, ix, ptr)
   if redis.call('HEXISTS', ptr, 'd') == 1 then
     return nil
@@ -143,7 +144,7 @@ local function thread_row(log, ix, ptr)
       end
     end
   end
-  return {cid, step, ms, waiting}
+  return {cid, step, ms, waiting}, last[1]
 end
 
 local function set_row(registry, activity, t, row)

@@ -9,11 +9,11 @@
 -- slices read its log, is after that id: the projector applies it from the feed (applying an
 -- entry twice changes nothing, registry.lua).
 -- KEYS: feed state registry activity runs meta (registry.lua), then the scratch registry,
--- activity, runs and meta, and the seed's state (_projection.py's SeedKeys; one slot)
+-- activity, runs and meta, and the seed's state (_projection.py's seed_keys(); one slot)
 -- ARGV: [1] key prefix  [2] the cursor to set  [3] this seed's token  [4] 's' in its first
 --   call (earlier scratch keys dropped), 'l' when ARGV[7..] are the slot's last threads, 'u'
---   (with 's') to leave a slot that has a cursor, or none  [5] ms after which it stops  [6] the first thread's place: '' not begun, else
---   '<from> <upto>': the last event of its log indexed ('-' none yet) and its log's last event
+--   (with 's') to leave a slot that has a cursor, or none  [5] ms after which it stops
+--   [6] the first thread's place: '' not begun, else '<from> <upto>': the last event of its log indexed ('-' none yet) and its log's last event
 --   when its row was made, where its slices stop: what comes after is after the cursor, and
 --   the projector applies it (a seed that chased the end of a log written faster than it
 --   reads never finished)  [7..] threads, in order
@@ -47,11 +47,10 @@ for i = 7, #ARGV do
   local log = base .. 'log'
   local done, from, upto = false, string.match(place, '^(%S+) (%S+)$')
   if place == '' then
-    local row = thread_row(log, base .. 'ix', base .. 'ptr')
+    local row, last = thread_row(log, base .. 'ix', base .. 'ptr')
     set_row(reg, act, t, row)
     units = units + 1
-    local last = redis.call('XREVRANGE', log, '+', '-', 'COUNT', 1)[1]
-    from, upto, done = '-', last and last[1], row == nil or last == nil
+    from, upto, done = '-', last, row == nil
   end
   while not done and not (units > 0 and over(budget)) do
     local batch = redis.call('XRANGE', log, from == '-' and '-' or '(' .. from, upto,
