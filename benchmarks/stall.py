@@ -9,9 +9,10 @@ loop. Reports that tenant's get_tuple p50/p99 while idle, beside two floors (the
 tenant's process busy without Redis, and running scripts that each hold the server for exactly
 one slice's budget), and while the first tenant, in turn, rebuilds the thread, verifies it,
 walks its audit chain (verify_chain), copies it, deletes a run's checkpoints (every tenth
-step's: delete_for_runs), prunes it (keep_latest) and deletes the copy, with each operation's
-total time. Redis runs one script at a time: an operation that is one script over the whole
-thread holds every tenant for as long as it runs.
+step's: delete_for_runs), prunes it (keep_latest) and deletes the copy, then rebuilds and
+verifies a Store bucket of as many events (one namespace), with each operation's total time.
+Redis runs one script at a time: an operation that is one script over the whole thread (or
+bucket) holds every tenant for as long as it runs.
 
 Run it once per implementation to compare (the sources first on PYTHONPATH are the ones
 measured), e.g. ``PYTHONPATH=/work/main/src`` (one big script) against this tree's ``src``.
@@ -31,12 +32,15 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 import redis
 
 import streamsaver
-from streamsaver import RedisStreamSaver
+from streamsaver import RedisStreamSaver, RedisStreamStore
+from streamsaver._flow import Eval
+from streamsaver._keys import store_bucket, store_keys
+from streamsaver._store_slices import store_slices
 from streamsaver.embedded import EmbeddedRedis
 
 BIG, COPY, OTHER = "big", "big-copy", "other"
@@ -86,7 +90,33 @@ OPERATIONS: dict[str, tuple[str, Callable[[RedisStreamSaver], object]]] = {
     "seed": ("projector keys (rebuild --all)", lambda tenant: tenant.seed_projections()),
     "prune": ("prune keep_latest", lambda tenant: tenant.prune([BIG], strategy="keep_latest")),
     "delete_thread": ("delete_thread", lambda tenant: tenant.delete_thread(COPY)),
+    # the Store's: one bucket of --events memory events (fill_store)
+    "store_rebuild": ("store rebuild", lambda tenant: _store(tenant).rebuild()),
+    "store_verify": ("store verify", lambda tenant: _store(tenant).verify()),
 }
+STORE_OPERATIONS = ("store_rebuild", "store_verify")
+
+
+def _store(tenant: RedisStreamSaver) -> RedisStreamStore:
+    return RedisStreamStore(tenant.client, prefix=tenant.prefix)
+
+
+def fill_store(tenant: RedisStreamSaver, events: int) -> None:
+    """``events`` puts of distinct keys in one namespace (one bucket): copies of one event the
+    store wrote, unchained, each with its own key; then the bucket's indexes, rebuilt in
+    slices as long as the server allows (nothing is measured yet)."""
+    store, client = _store(tenant), cast(Any, tenant.client)
+    store.put(("big",), "k0", {"msg": "x" * 200})
+    keys = store_keys(tenant.prefix, store_bucket("big"))
+    ((_, fields),) = client.xrange(keys.log)
+    event = {k: v for k, v in fields.items() if k not in (b"ch", b"dg")}
+    pipe = client.pipeline(transaction=False)
+    for i in range(1, events):
+        pipe.xadd(keys.log, {**event, b"key": f"k{i}".encode()})
+        if len(pipe) >= 20_000:
+            pipe.execute()
+    pipe.execute()
+    store._saver._run(store_slices([store_bucket("big")], store._ops._keys, "rebuild", "", 200, 0))
 
 
 @contextmanager
@@ -222,11 +252,14 @@ def main(argv: list[str] | None = None) -> int:
             config = other.put(config, _checkpoint(step), {"step": step}, {"n": step + 1, "msg": 1})
         started = time.perf_counter()
         saved = tenant._ops.slice_ms, tenant._ops.slice_pause  # type: ignore[attr-defined, unused-ignore]
-        fill(tenant, args.events)
-        # nothing is measured yet: the fill's indexes in slices as long as the server allows
-        tenant._ops.slice_ms, tenant._ops.slice_pause = 200.0, 0.0  # type: ignore[attr-defined, unused-ignore]
-        tenant.rebuild(BIG)
-        tenant._ops.slice_ms, tenant._ops.slice_pause = saved  # type: ignore[attr-defined, unused-ignore]
+        if chosen - {"busy", "ideal_slices", *STORE_OPERATIONS}:
+            fill(tenant, args.events)
+            # nothing is measured yet: the fill's indexes in slices as long as the server allows
+            tenant._ops.slice_ms, tenant._ops.slice_pause = 200.0, 0.0  # type: ignore[attr-defined, unused-ignore]
+            tenant.rebuild(BIG)
+            tenant._ops.slice_ms, tenant._ops.slice_pause = saved  # type: ignore[attr-defined, unused-ignore]
+        if chosen & set(STORE_OPERATIONS):
+            fill_store(tenant, args.events)
         print(
             f"filled {args.events} events in {time.perf_counter() - started:.1f} s", file=sys.stderr
         )
@@ -274,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
                 # outside every measured window: one replay script blocks the server for seconds
                 sliced = digest(client, tenant, BIG)
                 keys = tenant._ops._replay_keys(tenant._ops.keys(BIG))
-                tenant._execute(streamsaver._ops.Eval("replay", keys, (BIG,)))
+                tenant._execute(Eval("replay", keys, (BIG,)))
                 same = sliced == digest(client, tenant, BIG)
             timed("idle", lambda: time.sleep(args.gap))
         stop.set()

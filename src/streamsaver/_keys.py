@@ -150,6 +150,14 @@ class StoreKeys(NamedTuple):
     ft: str
 
 
+def store_slice_keys(keys: StoreKeys, mode: str) -> tuple[str, ...]:
+    """lua/store_slice.lua's keys for ``mode`` ('rebuild' or 'verify', each its own scratch
+    keys, so one of each may run at once): the bucket's, then its scratch indexes, state and
+    the mvec a rebuild replaced (same slot)."""
+    scratch = tuple(f"{key}:{mode}" for key in keys[1:6])
+    return (*keys, *scratch, f"{keys.log}:{mode}", f"{keys.vec}:{mode}-old")
+
+
 def store_bucket(namespace: str) -> int:
     return crc_hqx(namespace.encode(), 0) % STORE_BUCKETS
 

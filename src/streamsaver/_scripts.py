@@ -39,8 +39,9 @@ _ENTRIES: dict[str, tuple[str, ...]] = {
     # the Store's (store.lua holds its one projection)
     **{
         name: ("common.lua", "store.lua", f"{name}.lua")
-        for name in ("store_write", "store_read", "store_replay", "store_verify", "store_expire")
+        for name in ("store_write", "store_read", "store_expire")
     },
+    "store_slice": ("slice.lua", "common.lua", "store.lua", "store_slice.lua"),
     # the projector's (registry.lua)
     **{
         name: ("slice.lua", "common.lua", "meta.lua", "registry.lua", f"{name}.lua")

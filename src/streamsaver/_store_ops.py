@@ -44,6 +44,7 @@ from ._ops import DEFAULT_SLICE_MS, DEFAULT_SLICE_PAUSE, Replay
 from ._pages import LogPages
 from ._resp import as_text
 from ._store_index import Embedded, StoreIndex
+from ._store_slices import store_slices
 from ._store_vectors import VectorIndex, absent, enough, nearest, unusable
 from .memory_events import MemoryEvent, StoreCursor, memory_event
 
@@ -206,14 +207,8 @@ class StoreOperations:
         complete = not isinstance(info, Exception) and vectors.check(info)
         marks = yield Each(tuple(Call(("GET", k.ft)) for k in self._keys))
         dims = str(vectors.dims).encode()
-        todo = [
-            Eval("store_replay", k, (vectors.dims,), write=True)
-            for k, mark in zip(self._keys, marks, strict=True)
-            if mark != dims or not complete
-        ]
-        for reply in (yield Each(tuple(todo))) if todo else []:
-            if isinstance(reply, Exception):
-                raise reply
+        todo = [b for b, mark in zip(_all(), marks, strict=True) if mark != dims or not complete]
+        yield from store_slices(todo, self._keys, "rebuild", str(vectors.dims))
         self.vectors = vectors
         return True
 
@@ -526,35 +521,25 @@ class StoreOperations:
         return total
 
     def rebuild(self) -> Flow[Replay]:
-        """Replay every bucket's log into its indexes (one atomic script per bucket)."""
-        ops = tuple(Eval("store_replay", self.keys(b), (), write=True) for b in _all())
-        applied = skipped = 0
-        problems: builtins.list[str] = []
-        for reply in (yield Each(ops)):
-            if isinstance(reply, Exception):
-                raise reply
-            applied += int(reply[0])
-            skipped += int(reply[1])
-            problems += [as_text(p) for p in reply[2:]]
-        return Replay(applied, skipped, problems)
+        """Replay every bucket's log into its indexes, in slices (lua/store_slice.lua): each
+        bucket's indexes are swapped in whole, and writes made meanwhile are kept."""
+        done = yield from store_slices(_all(), self._keys, "rebuild")
+        return Replay(
+            sum(r.applied for r in done.values()),
+            sum(r.skipped for r in done.values()),
+            [line for r in done.values() for line in r.problems],
+        )
 
     def verify(self) -> Flow[tuple[int, int, builtins.list[str]]]:
-        """Replay every bucket into scratch keys and diff with its indexes: (applied, skipped,
-        problems), each problem ``<bucket> <index> <missing|differs|extra> <member>``."""
-        ops = []
-        for b in _all():
-            keys = self.keys(b)
-            scratch = [k + ":verify" for k in keys[1:6]]
-            ops.append(Eval("store_verify", (*keys[:6], *scratch, keys.ft), (), write=True))
-        applied = skipped = 0
-        problems: builtins.list[str] = []
-        for b, reply in zip(_all(), (yield Each(tuple(ops))), strict=True):
-            if isinstance(reply, Exception):
-                raise reply
-            applied += int(reply[0])
-            skipped += int(reply[1])
-            problems += [f"bucket {b} {as_text(p)}" for p in reply[2:]]
-        return applied, skipped, sorted(problems)
+        """Replay every bucket into scratch keys and diff with its indexes, in slices, safe
+        while writers go on: (applied, skipped, problems), each problem ``bucket <bucket>
+        <line>``, a line as lua/store_slice.lua gives it."""
+        done = yield from store_slices(_all(), self._keys, "verify")
+        return (
+            sum(r.applied for r in done.values()),
+            sum(r.skipped for r in done.values()),
+            sorted(f"bucket {b} {line}" for b, r in done.items() for line in r.problems),
+        )
 
     def verify_chain(self) -> Flow[builtins.list[tuple[int, ChainCheck]]]:
         """Walk every bucket's digest chain (the same chain as a thread's, docs/audit.md)."""

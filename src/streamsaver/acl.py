@@ -51,7 +51,7 @@ READER_COMMANDS: tuple[str, ...] = (
     "xlen", "xinfo|stream", "zrange", "zrangebylex", "zrevrangebylex", "zrevrangebyscore",
     "zscore", "zlexcount", "hget", "hmget", "hgetall", "hkeys", "hlen", "pttl", "smembers",
     "sismember",
-    "hexists", "hscan",
+    "hexists", "hscan", "zscan",
     # the Store's read scripts (lua/store*.lua)
     "zrevrange", "zrangebyscore",
 )  # fmt: skip

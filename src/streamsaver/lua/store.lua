@@ -1,6 +1,6 @@
 -- The Store's projection: how a memory event changes a bucket's indexes. The writer
--- (store_write.lua) calls store_apply() right after append_event(); store_replay.lua and
--- store_verify.lua call it for every stored event. This is its only definition.
+-- (store_write.lua) calls store_apply() right after append_event(); store_slice.lua's rebuild
+-- and verify call it for every stored event. This is its only definition.
 --
 -- Every Store script touches the keys of ONE bucket, which share a hash tag (one cluster slot;
 -- streamsaver/_keys.py):
@@ -195,55 +195,4 @@ local function store_refs(keys, eid, f)
     return 'ref ' .. eid .. ' touches ' .. tostring(f.of) .. ', not the item\'s value'
   end
   return nil
-end
-
--- Replay the whole of log into keys (emptied first; keys[6], mft, is kept): {applied, skipped,
--- "<id> <reason>"...}; with refs, also the store_refs() problems, as "ref ..." lines
--- set_dims: start keeping vector documents of that many dims (mft), atomically with the replay
--- that writes them
-local function store_replay_into(log, keys, refs, set_dims)
-  local dims = vector_dims(keys)
-  if dims then
-    local vecs = redis.call('HGETALL', keys[5])
-    for i = 1, #vecs, 2 do
-      drop_vector_docs(keys, dims, vecs[i], vecs[i + 1])
-    end
-  end
-  redis.call('DEL', keys[1], keys[2], keys[3], keys[4], keys[5])
-  if set_dims then
-    redis.call('SET', keys[6], set_dims)
-  end
-  local applied, skipped, problems, broken = 0, 0, {}, {}
-  local start = '-'
-  while true do
-    local page = redis.call('XRANGE', log, start, '+', 'COUNT', 1000)
-    for _, entry in ipairs(page) do
-      local f = fields_of(entry[2])
-      local ref = refs and #broken < 100 and store_refs(keys, entry[1], f)
-      if ref then
-        broken[#broken + 1] = ref
-      end
-      local why = store_apply(keys, entry[1], f)
-      if why then
-        skipped = skipped + 1
-        if #problems < 100 then
-          problems[#problems + 1] = entry[1] .. ' ' .. why
-        end
-      else
-        applied = applied + 1
-      end
-    end
-    if #page < 1000 then
-      break
-    end
-    start = '(' .. page[#page][1]
-  end
-  local out = { applied, skipped }
-  for _, p in ipairs(problems) do
-    out[#out + 1] = p
-  end
-  for _, p in ipairs(broken) do
-    out[#out + 1] = p
-  end
-  return out
 end
