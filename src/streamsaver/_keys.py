@@ -31,6 +31,7 @@ __all__ = [
     "rebuild_keys",
     "scratch_keys",
     "store_bucket",
+    "store_epoch_key",
     "store_keys",
     "thread_id_of",
     "thread_keys",
@@ -152,10 +153,17 @@ class StoreKeys(NamedTuple):
 
 def store_slice_keys(keys: StoreKeys, mode: str) -> tuple[str, ...]:
     """lua/store_slice.lua's keys for ``mode`` ('rebuild' or 'verify', each its own scratch
-    keys, so one of each may run at once): the bucket's, then its scratch indexes, state and
-    the mvec a rebuild replaced (same slot)."""
+    keys, so one of each may run at once): the bucket's, then its scratch indexes, state, the
+    mvec a rebuild replaced, and the bucket's epoch (same slot)."""
     scratch = tuple(f"{key}:{mode}" for key in keys[1:6])
-    return (*keys, *scratch, f"{keys.log}:{mode}", f"{keys.vec}:{mode}-old")
+    state = f"{keys.log}:{mode}"
+    return (*keys, *scratch, state, f"{keys.vec}:{mode}-old", store_epoch_key(keys))
+
+
+def store_epoch_key(keys: StoreKeys) -> str:
+    """A hash whose field ``n`` counts the rebuilds that swapped the bucket's indexes in: a
+    search's HSCAN cannot go on from one hash in another (lua/store_scan.lua)."""
+    return f"{keys.log}:epoch"
 
 
 def store_bucket(namespace: str) -> int:

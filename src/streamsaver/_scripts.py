@@ -41,7 +41,10 @@ _ENTRIES: dict[str, tuple[str, ...]] = {
         name: ("common.lua", "store.lua", f"{name}.lua")
         for name in ("store_write", "store_read", "store_expire")
     },
-    "store_slice": ("slice.lua", "common.lua", "store.lua", "store_slice.lua"),
+    **{
+        name: ("slice.lua", "common.lua", "store.lua", f"{name}.lua")
+        for name in ("store_slice", "store_scan")
+    },
     # the projector's (registry.lua)
     **{
         name: ("slice.lua", "common.lua", "meta.lua", "registry.lua", f"{name}.lua")

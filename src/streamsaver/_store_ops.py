@@ -34,6 +34,7 @@ from langgraph.store.base import (
     validate_op_namespace,
 )
 from langgraph.store.memory import _compare_values, _does_match
+from redis.exceptions import ResponseError
 
 from ._chain import ChainCheck
 from ._codec import Field
@@ -44,6 +45,7 @@ from ._ops import DEFAULT_SLICE_MS, DEFAULT_SLICE_PAUSE, Replay
 from ._pages import LogPages
 from ._resp import as_text
 from ._store_index import Embedded, StoreIndex
+from ._store_scan import scan_items
 from ._store_slices import store_slices
 from ._store_vectors import VectorIndex, absent, enough, nearest, unusable
 from .memory_events import MemoryEvent, StoreCursor, memory_event
@@ -151,8 +153,6 @@ class StoreOperations:
         keys: builtins.list[tuple[str, ...]]
         if args[0] == "namespaces":
             keys = [(k.ns, k.exp) for k in self._keys]
-        elif args[0] == "rank":
-            keys = [(k.item, k.ns, k.vec) for k in self._keys]
         else:
             keys = [(k.log, k.ix, k.item, k.ns) for k in self._keys]
         if self.cluster:
@@ -224,10 +224,7 @@ class StoreOperations:
             if isinstance(op, SearchOp) and op.query and embedded and self.vectors
         }
         reads = _Reads(ops, self, nearest_ops)
-        replies = (yield Each(tuple(reads.evals))) if reads.evals else []
-        for reply in replies:
-            if isinstance(reply, Exception):
-                raise _lost(reply)
+        replies = yield from self._read(ops, reads)
         pages = self._pages(ops, reads, replies, embedded)
         for i in sorted(nearest_ops):
             op = ops[i]
@@ -259,6 +256,27 @@ class StoreOperations:
                 if isinstance(reply, Exception):
                     raise reply
         return results
+
+    def _read(self, ops: Sequence[Op], reads: _Reads) -> Flow[builtins.list[Any]]:
+        """The replies of ``reads``: its scripts, pipelined, then each search that looks at
+        every item under its prefix, in slices (_store_scan.py), as one reply more each."""
+        replies = builtins.list((yield Each(tuple(reads.evals))) if reads.evals else ())
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise _lost(reply)
+        for i, (rank, vec) in reads.scanned.items():
+            op = ops[i]
+            assert isinstance(op, SearchOp)
+            prefix = _joined(op.namespace_prefix)
+            try:
+                rows = yield from scan_items(
+                    self._keys, self.cluster, prefix, rank, vec, DEFAULT_SLICE_MS
+                )
+            except ResponseError as exc:
+                raise _lost(exc) from None
+            reads.spans[i] = (len(replies), len(replies) + 1)
+            replies.append(rows)
+        return replies
 
     def _values(self, wanted: dict[int, builtins.list[Any]]) -> Flow[None]:
         """Fill in the values of ranked rows (per bucket), by the event ids the ranking saw."""
@@ -443,10 +461,7 @@ class StoreOperations:
     ) -> Flow[builtins.list[tuple[float | None, Any]]]:
         """One search's page by the exact path, values read."""
         reads = _Reads([op], self)
-        replies = yield Each(tuple(reads.evals))
-        for reply in replies:
-            if isinstance(reply, Exception):
-                raise _lost(reply)
+        replies = yield from self._read([op], reads)
         page = self._pages([op], reads, replies, embedded)[0]
         unread: dict[int, builtins.list[Any]] = {}
         for _, (member, row, _) in page:
@@ -622,6 +637,8 @@ class _Reads:
         self.spans: dict[int, tuple[int, int]] = {}
         # searches read as 'rank' rows (no values: the page's come in a second round trip)
         self.ranked: set[int] = set()
+        # searches that look at every item under their prefix: (as 'rank' rows, with vectors)
+        self.scanned: dict[int, tuple[bool, bool]] = {}
         by_bucket: dict[int, builtins.list[tuple[int, GetOp]]] = {}
         for i, op in enumerate(ops):
             if isinstance(op, GetOp):
@@ -638,14 +655,15 @@ class _Reads:
                 continue
             if isinstance(op, SearchOp):
                 ranked = core.index is not None and bool(op.query)
-                if ranked and not op.filter:
-                    self.ranked.add(i)
-                    self.evals += core._every_bucket(("rank", _joined(op.namespace_prefix)))
-                else:
-                    # a filter or a ranking looks at every item under the prefix
-                    want = -1 if op.filter or ranked else op.offset + op.limit
-                    args = ("search", _joined(op.namespace_prefix), want, "vec" if ranked else "")
-                    self.evals += core._every_bucket(args)
+                if op.filter or ranked:
+                    # a filter or a ranking looks at every item under the prefix: in slices
+                    # (StoreOperations._read), answered as 'rank' rows when no value is needed
+                    self.scanned[i] = (ranked and not op.filter, ranked)
+                    if ranked and not op.filter:
+                        self.ranked.add(i)
+                    continue
+                args = ("search", _joined(op.namespace_prefix), op.offset + op.limit)
+                self.evals += core._every_bucket(args)
             elif isinstance(op, ListNamespacesOp):
                 self.evals += core._every_bucket(("namespaces",))
             else:

@@ -196,3 +196,29 @@ local function store_refs(keys, eid, f)
   end
   return nil
 end
+
+-- Whether an item is live at now_ms: reads leave out items whose TTL ran out, as though the
+-- sweep had deleted them already.
+local function item_alive(it, now_ms)
+  return it and (it.expires == 0 or it.expires > now_ms)
+end
+
+-- Whether namespace ns is prefix or under it.
+local function under(ns, prefix)
+  return prefix == '' or ns == prefix or string.sub(ns, 1, #prefix + 1) == prefix .. '.'
+end
+
+-- An item as a read returns it: {created, updated, vt, v, event id, ttl ms[, vec]}, its value
+-- from its event in log; nil when the log no longer holds that event.
+local function item_row(log, it, vec)
+  local found = redis.call('XRANGE', log, it.eid, it.eid)[1]
+  if not found then
+    return nil
+  end
+  local f = fields_of(found[2])
+  local row = { it.created, it.updated, f.vt, f.v, it.eid, string.format('%d', it.ttl) }
+  if vec then
+    row[7] = f.vec or ''
+  end
+  return row
+end

@@ -5,13 +5,10 @@
 -- ARGV[1]: 'vecs': as 'get', each row with the item's vectors added (the candidates the
 --          server's vector index found)
 -- ARGV[1]: 'search'; KEYS: mlog mix mitem mns of each bucket; ARGV[2]: namespace prefix (''
---          for all); ARGV[3]: how many (-1: all); ARGV[4]: 'vec' to add each item's vectors:
---          {member, created, updated, vt, v, event id, ttl ms[, vec]} per item, the newest of
---          all buckets given, newest first
+--          for all); ARGV[3]: how many: {member, created, updated, vt, v, event id, ttl ms}
+--          per item, the newest of all buckets given, newest first (a search that looks at
+--          every item under its prefix, a filter or a ranking, is store_scan.lua's)
 -- ARGV[1]: 'namespaces'; KEYS: mns mexp of each bucket: every namespace holding a live item
--- ARGV[1]: 'rank'; KEYS: mitem mns mvec of each bucket; ARGV[2]: namespace prefix: every live
---          item under it as {member, created, updated, event id, ttl ms, vec ('' none)}, in no
---          order, without values (the client ranks, then asks 'events' for its page's)
 -- ARGV[1]: 'events'; KEYS: mlog of one bucket; ARGV[2..]: event ids: per id {vt, v}, or false
 --          when the log no longer holds it
 
@@ -20,31 +17,14 @@ local mode = ARGV[1]
 local now_ms = math.floor(now_us() / 1000)
 
 local function alive(it)
-  return it and (it.expires == 0 or it.expires > now_ms)
-end
-
-local function value_of(log, it, vec)
-  local found = redis.call('XRANGE', log, it.eid, it.eid)[1]
-  if not found then
-    return nil
-  end
-  local f = fields_of(found[2])
-  local row = { it.created, it.updated, f.vt, f.v, it.eid, string.format('%d', it.ttl) }
-  if vec then
-    row[7] = f.vec or ''
-  end
-  return row
-end
-
-local function under(ns, prefix)
-  return prefix == '' or ns == prefix or string.sub(ns, 1, #prefix + 1) == prefix .. '.'
+  return item_alive(it, now_ms)
 end
 
 if mode == 'get' or mode == 'vecs' then
   local out = {}
   for i = 2, #ARGV do
     local it = item_of(redis.call('HGET', KEYS[2], ARGV[i]))
-    local v = alive(it) and value_of(KEYS[1], it, mode == 'vecs')
+    local v = alive(it) and item_row(KEYS[1], it, mode == 'vecs')
     if it and not v and alive(it) then
       return redis.error_reply('STREAMSAVER_STORE_LOST ' .. it.eid)
     end
@@ -64,34 +44,6 @@ if mode == 'events' then
 end
 
 local out = {}
-if mode == 'rank' then
-  -- whole hashes, one call each: no per-item command, which is what a ranked search's cost
-  -- per item would otherwise be
-  local prefix = ARGV[2]
-  for b = 1, #KEYS, 3 do
-    local matching = false
-    for _, ns in ipairs(redis.call('HKEYS', KEYS[b + 1])) do
-      matching = matching or under(ns, prefix)
-    end
-    if matching then
-      local vecs = fields_of(redis.call('HGETALL', KEYS[b + 2]))
-      local flat = redis.call('HGETALL', KEYS[b])
-      for i = 1, #flat, 2 do
-        local member = flat[i]
-        -- 'h' and 't' (chain head, last time) are not items: members start '<len>:'
-        if string.find(member, '^%d+:') and under((split_lp(member)), prefix) then
-          local it = item_of(flat[i + 1])
-          if alive(it) then
-            out[#out + 1] = { member, it.created, it.updated, it.eid,
-                              string.format('%d', it.ttl), vecs[member] or '' }
-          end
-        end
-      end
-    end
-  end
-  return out
-end
-
 if mode == 'namespaces' then
   -- KEYS: mns mexp of each bucket. A namespace whose every item has expired is left out
   -- already, as its items are: only the expired, not yet swept, items are looked at
@@ -122,11 +74,11 @@ for b = 1, #KEYS, 4 do
   if matching then
     -- newest first; a page at a time, until enough live items of the prefix are found
     local found, start = 0, 0
-    while want < 0 or found < want do
+    while found < want do
       local page = redis.call('ZREVRANGE', mix, start, start + 255)
       for _, member in ipairs(page) do
         local ns = split_lp(member)
-        if (want < 0 or found < want) and under(ns, prefix) then
+        if found < want and under(ns, prefix) then
           local it = item_of(redis.call('HGET', mitem, member))
           if alive(it) then
             found = found + 1
@@ -142,7 +94,7 @@ for b = 1, #KEYS, 4 do
   end
 end
 -- several buckets: only the newest `want` of them all are read and sent back
-if want >= 0 and #KEYS > 4 and #out > want then
+if #KEYS > 4 and #out > want then
   -- ties (other servers' clocks) by member bytes, as the client orders them
   table.sort(out, function(x, y)
     local a, b = tonumber(x[2].updated), tonumber(y[2].updated)
@@ -154,10 +106,10 @@ if want >= 0 and #KEYS > 4 and #out > want then
 end
 local rows = {}
 for i, row in ipairs(out) do
-  if want >= 0 and i > want then
+  if i > want then
     break
   end
-  local v = value_of(row[3], row[2], ARGV[4] == 'vec')
+  local v = item_row(row[3], row[2], false)
   if not v then
     return redis.error_reply('STREAMSAVER_STORE_LOST ' .. row[2].eid)
   end

@@ -16,8 +16,8 @@
 -- (missing, differs), every live one against the scratch (extra), for mix, mitem, mns, mexp
 -- and mvec in turn; then, with mft set, each item's documents (mv). The last slice deletes
 -- the scratch keys.
--- KEYS: mlog mix mitem mns mexp mvec mft, scratch mix mitem mns mexp mvec, state, old mvec
--- (_keys.store_slice_keys; one slot)
+-- KEYS: mlog mix mitem mns mexp mvec mft, scratch mix mitem mns mexp mvec, state, old mvec,
+-- epoch (_keys.store_slice_keys; one slot)
 -- ARGV[1]: 'rebuild' or 'verify'   ARGV[2]: the operation's token   ARGV[3]: 'start' for its
 -- first slice, else ''   ARGV[4]: ms after which it stops   ARGV[5]: rebuild: the vector
 -- index's dims, to keep its documents from now on (the store's setup), else ''
@@ -151,6 +151,8 @@ local function next_phase(phase)
 end
 
 local function swap()
+  -- a search's HSCAN of the old mitem cannot go on in the new one (store_scan.lua)
+  redis.call('HINCRBY', KEYS[15], 'n', 1)
   for i = 1, 5 do
     if i == 5 and vector_dims(live) then
       -- the docs of items no longer in it are dropped by the 'drop' phase

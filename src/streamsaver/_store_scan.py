@@ -1,0 +1,141 @@
+"""A search that looks at every item under its namespace prefix (a filter, a ranking without
+the server's vector index), in slices (lua/store_scan.lua): in one script, a namespace of a
+million items held the server, and every tenant on it, for seconds (issue 13).
+
+The slices' answers are put together into what one script would have answered at the moment
+of the last slice. HSCAN answers every item that stays in a bucket from its first page to its
+last at least once, and such an item did not change since the first page; every item that
+changed meanwhile has an event in the bucket's log after the id the first page read, so the
+'since' slices, reading the log after it, answer those items as they are at the end. A scan
+that was one call already is that script: nothing follows it."""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Sequence
+from typing import Any
+
+from ._flow import Each, Eval, Flow
+from ._keys import StoreKeys, store_bucket, store_epoch_key
+from ._ops import round_width
+from ._resp import as_text
+
+__all__ = ["scan_items"]
+
+
+def scan_items(
+    keys: Sequence[StoreKeys],
+    cluster: bool,
+    prefix: str,
+    rank: bool,
+    vec: bool,
+    slice_ms: float,
+) -> Flow[builtins.list[builtins.list[Any]]]:
+    """Every live item under ``prefix`` as rows ``[member, ...]``: 'rank' rows (no values)
+    or 'values' rows (with vectors if ``vec``), as lua/store_scan.lua gives them, in no
+    order. A caller waits for it: the slices follow each other without pauses; each one is
+    a separate command, so other clients are served between them."""
+    head = (prefix, "rank" if rank else "values", "vec" if vec else "")
+    buckets = builtins.list(range(len(keys)))
+    # each call's buckets and where it goes on; on a cluster a script may not span slots
+    pending = [([b], "") for b in buckets] if cluster else [(buckets, "")]
+    rows: dict[int, dict[bytes, builtins.list[Any]]] = {}
+    starts: dict[int, str] = {}
+    rounds, width = 0, round_width(slice_ms)
+    while pending:
+        # the first round asks every bucket at once (most are small or empty); the rest go
+        # as a long operation's rounds do, sharing one slice
+        batch = pending if not rounds else pending[:width]
+        rest = pending[len(batch) :]
+        budget = f"{slice_ms / len(batch):g}"
+        replies = yield Each(
+            tuple(
+                Eval(
+                    "store_scan",
+                    [key for b in bs for key in _scanned(keys[b])],
+                    ("scan", *head, budget, where),
+                )
+                for bs, where in batch
+            )
+        )
+        rounds += 1
+        for (bs, _), reply in zip(batch, replies, strict=True):
+            if isinstance(reply, Exception):
+                raise reply
+            where, restarted, started, *found = reply
+            if int(restarted):
+                # a rebuild swapped the bucket's indexes in: what its pages gave is void
+                rows.pop(bs[int(restarted) - 1], None)
+            for i in range(0, len(started), 2):
+                starts[bs[int(started[i]) - 1]] = as_text(started[i + 1])
+            for row in found:
+                rows.setdefault(_bucket(row[0]), {})[row[0]] = row
+            if where:
+                rest += _going_on(bs, as_text(where))
+        pending = rest
+    if rounds > 1:
+        yield from _since(keys, head, slice_ms, starts, rows)
+    return [row for found in rows.values() for row in found.values()]
+
+
+def _since(
+    keys: Sequence[StoreKeys],
+    head: tuple[str, str, str],
+    slice_ms: float,
+    starts: dict[int, str],
+    rows: dict[int, dict[bytes, builtins.list[Any]]],
+) -> Flow[None]:
+    """Bring ``rows`` to the items' state now: every item an event after the bucket's first
+    page names, read again (a row), or gone (its member alone)."""
+    todo = dict(starts)
+    while todo:
+        batch = builtins.list(todo.items())
+        budget = f"{slice_ms / len(batch):g}"
+        replies = yield Each(
+            tuple(
+                Eval(
+                    "store_scan",
+                    (keys[b].log, keys[b].item, keys[b].vec),
+                    ("since", *head, budget, after),
+                )
+                for b, after in batch
+            )
+        )
+        for (b, _), reply in zip(batch, replies, strict=True):
+            if isinstance(reply, Exception):
+                raise reply
+            last, through, *changed = reply
+            found = rows.setdefault(b, {})
+            for row in changed:
+                if len(row) == 1:
+                    found.pop(row[0], None)
+                else:
+                    found[row[0]] = row
+            if int(through):
+                del todo[b]
+            else:
+                todo[b] = as_text(last)
+
+
+def _going_on(
+    buckets: builtins.list[int], where: str
+) -> builtins.list[tuple[builtins.list[int], str]]:
+    """The calls that go on from ``where`` ('<n> <cursor> <epoch>', n counted in
+    ``buckets``): the bucket half-read alone, then those after it. A script's arguments are
+    converted before it runs, outside its budget: each call names only the keys it reads."""
+    n, cursor, *epoch = where.split(" ")
+    at = int(n) - 1
+    if cursor == "0":
+        return [(buckets[at:], "")]
+    after = [(buckets[at + 1 :], "")] if at + 1 < len(buckets) else []
+    return [([buckets[at]], " ".join(("1", cursor, *epoch))), *after]
+
+
+def _scanned(keys: StoreKeys) -> tuple[str, ...]:
+    return (keys.log, keys.item, keys.ns, keys.vec, store_epoch_key(keys))
+
+
+def _bucket(member: bytes) -> int:
+    """The bucket of an item's member, lp(namespace) .. key."""
+    length, _, rest = member.partition(b":")
+    return store_bucket(rest[: int(length)].decode())
