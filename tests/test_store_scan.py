@@ -7,7 +7,7 @@ and a rebuild swapping the bucket's indexes in under it."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from langgraph.store.base import PutOp
@@ -133,3 +133,45 @@ def test_a_rebuild_between_search_slices_leaves_no_item_out(
     found = store.search(NS, filter={"even": True}, limit=2 * ITEMS)
     assert len(rounds) > 3
     assert sorted(i.key for i in found) == sorted(f"k{i}" for i in range(0, ITEMS, 2))
+
+
+def test_a_deep_page_or_a_sparse_prefix_reads_in_slices_with_the_same_answer(
+    target: Target, prefix: str
+) -> None:
+    """A search without filter or query looks at the newest members of each bucket until it
+    has its page; past 2,000 members (a large offset, or a prefix with few items in a bucket
+    of many others) it reads the prefix's items in slices instead of holding the server."""
+    from langgraph.store.base import GetOp, Item
+
+    from streamsaver._keys import store_bucket
+
+    client = target.client()
+    try:
+        store = RedisStreamStore(client, prefix=prefix)
+        many = 2500
+        for start in range(0, many, 500):
+            store.batch([PutOp(NS, f"k{i}", {"i": i}) for i in range(start, start + 500)])
+        # another namespace in the same bucket, with three items
+        bucket = store_bucket(".".join(NS))
+        few = next((f"few{n}",) for n in range(10_000) if store_bucket(f"few{n}") == bucket)
+        store.batch([PutOp(few, f"f{i}", {"f": i}) for i in range(3)])
+        items = [i for i in store.batch([GetOp(NS, f"k{i}") for i in range(many)])]
+        assert all(isinstance(i, Item) for i in items)
+        # newest first, ties by the member's bytes (lp(namespace) .. key), as the store orders
+        member = f"{len('big.scan')}:big.scan"
+        newest = sorted(
+            cast(list[Item], items),
+            key=lambda i: (-i.updated_at.timestamp(), (member + i.key).encode()),
+        )
+        rounds = _on_scans(store, lambda n: None)
+        deep = store.search(NS, offset=2400, limit=50)
+        assert [i.key for i in deep] == [i.key for i in newest[2400:2450]]
+        assert sorted(i.key for i in store.search(few, limit=10)) == ["f0", "f1", "f2"]
+        assert len(rounds) >= 2
+        # a shallow page is still one script: no slices
+        before = len(rounds)
+        assert len(store.search(NS, limit=10)) == 10
+        assert len(rounds) == before
+    finally:
+        drop(client, prefix)
+        client.close()

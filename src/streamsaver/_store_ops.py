@@ -264,6 +264,12 @@ class StoreOperations:
         for reply in replies:
             if isinstance(reply, Exception):
                 raise _lost(reply)
+        for i, (start, end) in builtins.list(reads.spans.items()):
+            if isinstance(ops[i], SearchOp) and any(r == [b"scan"] for r in replies[start:end]):
+                # too deep a page for one script: every item under the prefix, in slices
+                for j in range(start, end):
+                    replies[j] = []
+                reads.scanned[i] = (False, False)
         for i, (rank, vec) in reads.scanned.items():
             op = ops[i]
             assert isinstance(op, SearchOp)

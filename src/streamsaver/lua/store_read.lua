@@ -6,8 +6,9 @@
 --          server's vector index found)
 -- ARGV[1]: 'search'; KEYS: mlog mix mitem mns of each bucket; ARGV[2]: namespace prefix (''
 --          for all); ARGV[3]: how many: {member, created, updated, vt, v, event id, ttl ms}
---          per item, the newest of all buckets given, newest first (a search that looks at
---          every item under its prefix, a filter or a ranking, is store_scan.lua's)
+--          per item, the newest of all buckets given, newest first; or {'scan'} when that
+--          would look at more than LOOK_MOST members (a search that looks at every item under
+--          its prefix, a filter or a ranking, is store_scan.lua's)
 -- ARGV[1]: 'namespaces'; KEYS: mns mexp of each bucket: every namespace holding a live item
 -- ARGV[1]: 'events'; KEYS: mlog of one bucket; ARGV[2..]: event ids: per id {vt, v}, or false
 --          when the log no longer holds it
@@ -65,6 +66,10 @@ end
 
 -- search; KEYS: mlog mix mitem mns of each bucket
 local prefix, want = ARGV[2], tonumber(ARGV[3])
+-- the members a search looks at before it answers {'scan'} instead: a deep page (a large
+-- offset or limit) or a prefix with few items in buckets of many others would otherwise hold
+-- the server for as long; the client then reads the prefix's items in slices (store_scan.lua)
+local LOOK_MOST, looked = 2000, 0
 for b = 1, #KEYS, 4 do
   local log, mix, mitem, mns = KEYS[b], KEYS[b + 1], KEYS[b + 2], KEYS[b + 3]
   local matching = false
@@ -76,6 +81,10 @@ for b = 1, #KEYS, 4 do
     local found, start = 0, 0
     while found < want do
       local page = redis.call('ZREVRANGE', mix, start, start + 255)
+      looked = looked + #page
+      if looked > LOOK_MOST then
+        return { 'scan' }
+      end
       for _, member in ipairs(page) do
         local ns = split_lp(member)
         if found < want and under(ns, prefix) then
