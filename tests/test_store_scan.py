@@ -175,3 +175,53 @@ def test_a_deep_page_or_a_sparse_prefix_reads_in_slices_with_the_same_answer(
     finally:
         drop(client, prefix)
         client.close()
+
+
+def test_the_namespace_index_answers_prefixes_and_fills_itself_in_old_buckets(
+    target: Target, prefix: str
+) -> None:
+    """Whether a bucket holds a namespace under a search's prefix is one ZRANGEBYLEX of its
+    mnsz, not a read of every namespace (a namespace per user: thousands a bucket). A bucket
+    written before mnsz existed is read through mns until a write adds or removes one of its
+    namespaces, which fills mnsz whole; verify compares it like every index."""
+    from streamsaver._keys import STORE_BUCKETS, store_bucket, store_keys
+
+    client = target.client()
+    try:
+        store = RedisStreamStore(client, prefix=prefix)
+        store.batch([PutOp(("users", f"u{i}"), "p", {"i": i}) for i in range(300)])
+        store.batch([PutOp(("usersx",), "p", {"x": 1}), PutOp(("users",), "top", {"t": 1})])
+        every = [store_keys(prefix, b) for b in range(STORE_BUCKETS)]
+        assert sum(client.zcard(k.nsz) for k in every) == 302
+        # a store as an earlier version left it: no mnsz anywhere
+        for k in every:
+            client.delete(k.nsz)
+        found = store.search(("users",), limit=1000)
+        assert len(found) == 301 and {i.namespace[0] for i in found} == {"users"}
+        assert [i.key for i in store.search(("users", "u7"))] == ["p"]
+        # a write adding a namespace to u5's bucket fills that bucket's mnsz from mns
+        b = store_bucket("users.u5")
+        new = next(f"n{i}" for i in range(10_000) if store_bucket(f"users.n{i}") == b)
+        store.put(("users", new), "p", {"new": True})
+        keys = every[b]
+        assert client.zcard(keys.nsz) == client.hlen(keys.ns) > 1
+        assert set(client.zrange(keys.nsz, 0, -1)) == set(client.hkeys(keys.ns))
+        # and a delete removing the last item of a namespace fills another's
+        other = store_bucket("users.u9")
+        store.delete(("users", "u9"), "p")
+        assert set(client.zrange(every[other].nsz, 0, -1)) == set(client.hkeys(every[other].ns))
+        assert b"users.u9" not in client.zrange(every[other].nsz, 0, -1)
+        assert len(store.search(("users",), limit=1000)) == 301
+        # buckets still without mnsz are the ones verify names; a rebuild writes them all
+        problems = store.verify()[2]
+        assert problems and all(" mnsz missing " in p for p in problems)
+        store.rebuild()
+        assert store.verify()[2] == []
+        client.zrem(keys.nsz, "users.u5")
+        assert store.verify()[2] == [f"bucket {b} mnsz missing users.u5"]
+        assert store.search(("users", "u5")) == []  # the index is what reads trust
+        store.rebuild()
+        assert [i.key for i in store.search(("users", "u5"))] == ["p"]
+    finally:
+        drop(client, prefix)
+        client.close()

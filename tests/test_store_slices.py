@@ -51,6 +51,7 @@ def _indexes(client: Any, keys: StoreKeys) -> Any:
         client.hgetall(keys.ns),
         client.zrange(keys.exp, 0, -1, withscores=True),
         client.hgetall(keys.vec),
+        client.zrange(keys.nsz, 0, -1),
     )
 
 
@@ -87,7 +88,7 @@ def test_a_bucket_is_rebuilt_in_slices_to_what_its_writers_projected(
     events = _fill(store)
     keys = _keys(store)
     expected = _indexes(client, keys)
-    for key in keys[1:6]:
+    for key in (*keys[1:6], keys.nsz):
         client.delete(key)
     assert store.search(NS, limit=5) == []
     slices = _on_slices(store, lambda n: None)
@@ -96,7 +97,7 @@ def test_a_bucket_is_rebuilt_in_slices_to_what_its_writers_projected(
     # one script did all of it before; each slice now holds the server for ~0.25 ms
     assert len(slices) > 10
     assert _indexes(client, keys) == expected
-    assert not any(client.exists(k) for k in store_slice_keys(keys, "rebuild")[7:14])
+    assert not any(client.exists(k) for k in store_slice_keys(keys, "rebuild")[8:16])
     assert store.get(NS, "k10").value == {"i": -10}  # type: ignore[union-attr]
     assert store.get(NS, "k15") is None
 
@@ -149,7 +150,7 @@ def test_a_sliced_verify_passes_writes_between_its_slices_and_names_each_damage(
     )
     store.rebuild()
     assert store.verify()[2] == []
-    assert not any(client.exists(k) for k in store_slice_keys(keys, "verify")[7:14])
+    assert not any(client.exists(k) for k in store_slice_keys(keys, "verify")[8:16])
 
 
 def test_a_rebuild_taken_over_starts_again_and_too_many_takeovers_are_an_error(
@@ -164,7 +165,7 @@ def test_a_rebuild_taken_over_starts_again_and_too_many_takeovers_are_an_error(
     assert store.rebuild().applied == events
     assert _indexes(client, keys) == expected
     # a state that keeps vanishing under the slices (taken over, expired) is given up on
-    state = store_slice_keys(keys, "rebuild")[12]
+    state = store_slice_keys(keys, "rebuild")[14]
     store2 = RedisStreamStore(client, prefix=store._ops.prefix)
     _on_slices(store2, lambda n: client.delete(state) if n else None)
     with pytest.raises(InvalidUsageError, match=r"rebuild of bucket \d+ was taken over 3 times"):

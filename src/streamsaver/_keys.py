@@ -131,7 +131,7 @@ def lp(text: str) -> str:
 
 # The Store's keys. A namespace (its labels joined by ".", which no label may hold) lives in one
 # of STORE_BUCKETS buckets, chosen by its CRC; a bucket's keys share the hash tag of a fixed slot,
-# ``<prefix>:{<slot tag>}:mlog|mix|mitem|mns|mexp|mvec|mft`` (lua/store.lua says what each
+# ``<prefix>:{<slot tag>}:mlog|mix|mitem|mns|mexp|mvec|mft|mnsz`` (lua/store.lua says what each
 # holds; with the server's vector index, also the documents ``...:mv:<sha1>:<j>``). Reads
 # across namespaces (prefix search, list_namespaces) visit every bucket: a fixed, small number
 # of keys, found without SCAN, spread evenly over the cluster's slots. The ``m`` suffixes are
@@ -149,13 +149,14 @@ class StoreKeys(NamedTuple):
     exp: str
     vec: str
     ft: str
+    nsz: str
 
 
 def store_slice_keys(keys: StoreKeys, mode: str) -> tuple[str, ...]:
     """lua/store_slice.lua's keys for ``mode`` ('rebuild' or 'verify', each its own scratch
     keys, so one of each may run at once): the bucket's, then its scratch indexes, state, the
     mvec a rebuild replaced, and the bucket's epoch (same slot)."""
-    scratch = tuple(f"{key}:{mode}" for key in keys[1:6])
+    scratch = tuple(f"{key}:{mode}" for key in (*keys[1:6], keys.nsz))
     state = f"{keys.log}:{mode}"
     return (*keys, *scratch, state, f"{keys.vec}:{mode}-old", store_epoch_key(keys))
 
@@ -174,5 +175,5 @@ def store_keys(prefix: str, bucket: int) -> StoreKeys:
     from ._feed import SLOTS, slot_tag  # _feed imports this module
 
     base = f"{prefix}:{{{slot_tag(bucket * (SLOTS // STORE_BUCKETS))}}}:"
-    kinds = ("mlog", "mix", "mitem", "mns", "mexp", "mvec", "mft")
+    kinds = ("mlog", "mix", "mitem", "mns", "mexp", "mvec", "mft", "mnsz")
     return StoreKeys(*(base + kind for kind in kinds))

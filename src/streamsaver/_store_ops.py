@@ -154,7 +154,7 @@ class StoreOperations:
         if args[0] == "namespaces":
             keys = [(k.ns, k.exp) for k in self._keys]
         else:
-            keys = [(k.log, k.ix, k.item, k.ns) for k in self._keys]
+            keys = [(k.log, k.ix, k.item, k.ns, k.nsz) for k in self._keys]
         if self.cluster:
             return [Eval("store_read", k, args) for k in keys]
         return [Eval("store_read", [key for k in keys for key in k], args)]

@@ -132,7 +132,7 @@ def _going_on(
 
 
 def _scanned(keys: StoreKeys) -> tuple[str, ...]:
-    return (keys.log, keys.item, keys.ns, keys.vec, store_epoch_key(keys))
+    return (keys.log, keys.item, keys.ns, keys.vec, store_epoch_key(keys), keys.nsz)
 
 
 def _bucket(member: bytes) -> int:

@@ -22,7 +22,7 @@ __all__ = ["store_slices"]
 _RESTARTS = 3
 # the lines kept per bucket of each kind a replay gives (an event skipped, a reference broken)
 _REPLAY_LINES = 100
-_COMPARED = ("mix ", "mitem ", "mns ", "mexp ", "mvec ", "mv ")
+_COMPARED = ("mix ", "mitem ", "mns ", "mexp ", "mvec ", "mnsz ", "mv ")
 
 
 def store_slices(

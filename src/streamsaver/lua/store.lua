@@ -21,6 +21,11 @@
 --                 one TAG match and no user data reaches a query) and m (the member). They are
 --                 not in KEYS (their names depend on the item): the setup uses them only on a
 --                 standalone server.
+--   KEYS[8] mnsz  sorted set: the namespaces of mns, all scored 0: whether a bucket holds a
+--                 namespace under a prefix is one ZRANGEBYLEX, not a read of every namespace
+--                 (a store of a namespace per user has thousands a bucket). A bucket written
+--                 before it existed has mns alone: its first write that adds or removes a
+--                 namespace fills it from mns, and reads look at mns until then.
 -- A namespace is its labels joined by '.', which no label holds, so it is one string; lp()
 -- makes ns .. key prefix-free whatever either holds.
 --
@@ -103,7 +108,72 @@ local function drop_vector_docs(keys, dims, member, vec)
   end
 end
 
--- Apply one memory event to the indexes in keys (mix, mitem, mns, mexp, mvec[, mft]); returns
+-- Whether an item is live at now_ms: reads leave out items whose TTL ran out, as though the
+-- sweep had deleted them already.
+local function item_alive(it, now_ms)
+  return it and (it.expires == 0 or it.expires > now_ms)
+end
+
+-- Whether namespace ns is prefix or under it.
+local function under(ns, prefix)
+  return prefix == '' or ns == prefix or string.sub(ns, 1, #prefix + 1) == prefix .. '.'
+end
+
+-- An item as a read returns it: {created, updated, vt, v, event id, ttl ms[, vec]}, its value
+-- from its event in log; nil when the log no longer holds that event.
+local function item_row(log, it, vec)
+  local found = redis.call('XRANGE', log, it.eid, it.eid)[1]
+  if not found then
+    return nil
+  end
+  local f = fields_of(found[2])
+  local row = { it.created, it.updated, f.vt, f.v, it.eid, string.format('%d', it.ttl) }
+  if vec then
+    row[7] = f.vec or ''
+  end
+  return row
+end
+
+-- A bucket written before mnsz existed gets it from mns, once: every namespace, in chunks
+-- (unpack's stack has a limit).
+local function namespaces_filled(keys)
+  if redis.call('EXISTS', keys[7]) == 1 then
+    return
+  end
+  local names = redis.call('HKEYS', keys[3])
+  for i = 1, #names, 1000 do
+    local args = {}
+    for j = i, math.min(i + 999, #names) do
+      args[#args + 1] = 0
+      args[#args + 1] = names[j]
+    end
+    redis.call('ZADD', keys[7], unpack(args))
+  end
+end
+
+-- Whether the bucket (its mns and mnsz) holds a namespace that is prefix or under it ('':
+-- any).
+local function holds_prefix(mns, mnsz, prefix)
+  if prefix == '' then
+    return redis.call('EXISTS', mns) == 1
+  end
+  if redis.call('EXISTS', mnsz) == 0 then
+    -- written before mnsz existed (or empty)
+    for _, ns in ipairs(redis.call('HKEYS', mns)) do
+      if under(ns, prefix) then
+        return true
+      end
+    end
+    return false
+  end
+  -- '.' joins labels and no UTF-8 text holds byte 255
+  local under_it = redis.call('ZRANGEBYLEX', mnsz, '[' .. prefix .. '.',
+                              '[' .. prefix .. '.\255', 'LIMIT', 0, 1)
+  return redis.call('ZSCORE', mnsz, prefix) ~= false or #under_it > 0
+end
+
+-- Apply one memory event to the indexes in keys (mix, mitem, mns, mexp, mvec, mft or nil,
+-- mnsz); returns
 -- nil, or a reason it was skipped (replay reports it; the writer never sends such an event).
 local function store_apply(keys, eid, f)
   local mix, mitem, mns, mexp, mvec = keys[1], keys[2], keys[3], keys[4], keys[5]
@@ -125,8 +195,9 @@ local function store_apply(keys, eid, f)
     local it = { eid = eid, created = old and old.created or f.at, updated = f.at,
                  expires = ttl > 0 and math.floor(at / 1000) + ttl or 0, ttl = ttl,
                  vd = f.vd or '' }
-    if not old then
-      redis.call('HINCRBY', mns, f.ns, 1)
+    if not old and redis.call('HINCRBY', mns, f.ns, 1) == 1 then
+      namespaces_filled(keys)
+      redis.call('ZADD', keys[7], 0, f.ns)
     end
     redis.call('HSET', mitem, member, item_raw(it))
     redis.call('ZADD', mix, at, member)
@@ -159,6 +230,8 @@ local function store_apply(keys, eid, f)
       redis.call('HDEL', mvec, member)
       if redis.call('HINCRBY', mns, f.ns, -1) <= 0 then
         redis.call('HDEL', mns, f.ns)
+        namespaces_filled(keys)
+        redis.call('ZREM', keys[7], f.ns)
       end
     end
   elseif f.k == 'mtouch' then
@@ -195,30 +268,4 @@ local function store_refs(keys, eid, f)
     return 'ref ' .. eid .. ' touches ' .. tostring(f.of) .. ', not the item\'s value'
   end
   return nil
-end
-
--- Whether an item is live at now_ms: reads leave out items whose TTL ran out, as though the
--- sweep had deleted them already.
-local function item_alive(it, now_ms)
-  return it and (it.expires == 0 or it.expires > now_ms)
-end
-
--- Whether namespace ns is prefix or under it.
-local function under(ns, prefix)
-  return prefix == '' or ns == prefix or string.sub(ns, 1, #prefix + 1) == prefix .. '.'
-end
-
--- An item as a read returns it: {created, updated, vt, v, event id, ttl ms[, vec]}, its value
--- from its event in log; nil when the log no longer holds that event.
-local function item_row(log, it, vec)
-  local found = redis.call('XRANGE', log, it.eid, it.eid)[1]
-  if not found then
-    return nil
-  end
-  local f = fields_of(found[2])
-  local row = { it.created, it.updated, f.vt, f.v, it.eid, string.format('%d', it.ttl) }
-  if vec then
-    row[7] = f.vec or ''
-  end
-  return row
 end

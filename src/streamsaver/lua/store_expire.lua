@@ -1,12 +1,12 @@
 -- TTL upkeep of one bucket, appended as events like every other change.
--- KEYS: mlog mix mitem mns mexp mvec mft (store.lua)   ARGV[2]: 'chain' or '' (common.lua's append_event)
+-- KEYS: mlog mix mitem mns mexp mvec mft mnsz (store.lua)   ARGV[2]: 'chain' or '' (common.lua's append_event)
 -- ARGV[1]: 0, where common.lua's convention puts the feed's MAXLEN: memory events are not
 --          announced on the feeds yet (docs/store.md)
 -- ARGV[3]: 'sweep': delete (an mdel event with why 'expired') up to ARGV[4] items whose TTL
 --          ran out; returns how many
 -- ARGV[3]: 'touch', ARGV[4..]: pairs (member, event id the read saw): restart those items'
 --          TTL (an mtouch event each, for items that have one); returns how many
-local keys = { KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7] }
+local keys = { KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8] }
 local last = tonumber(redis.call('HGET', KEYS[3], 't') or '0')
 local now = now_us()
 local done = 0

@@ -4,7 +4,7 @@
 --          member, false or {created, updated, vt, v, event id, ttl ms}
 -- ARGV[1]: 'vecs': as 'get', each row with the item's vectors added (the candidates the
 --          server's vector index found)
--- ARGV[1]: 'search'; KEYS: mlog mix mitem mns of each bucket; ARGV[2]: namespace prefix (''
+-- ARGV[1]: 'search'; KEYS: mlog mix mitem mns mnsz of each bucket; ARGV[2]: namespace prefix (''
 --          for all); ARGV[3]: how many: {member, created, updated, vt, v, event id, ttl ms}
 --          per item, the newest of all buckets given, newest first; or {'scan'} when that
 --          would look at more than LOOK_MOST members (a search that looks at every item under
@@ -64,19 +64,15 @@ if mode == 'namespaces' then
   return out
 end
 
--- search; KEYS: mlog mix mitem mns of each bucket
+-- search; KEYS: mlog mix mitem mns mnsz of each bucket
 local prefix, want = ARGV[2], tonumber(ARGV[3])
 -- the members a search looks at before it answers {'scan'} instead: a deep page (a large
 -- offset or limit) or a prefix with few items in buckets of many others would otherwise hold
 -- the server for as long; the client then reads the prefix's items in slices (store_scan.lua)
 local LOOK_MOST, looked = 2000, 0
-for b = 1, #KEYS, 4 do
-  local log, mix, mitem, mns = KEYS[b], KEYS[b + 1], KEYS[b + 2], KEYS[b + 3]
-  local matching = false
-  for _, ns in ipairs(redis.call('HKEYS', mns)) do
-    matching = matching or under(ns, prefix)
-  end
-  if matching then
+for b = 1, #KEYS, 5 do
+  local log, mix, mitem = KEYS[b], KEYS[b + 1], KEYS[b + 2]
+  if holds_prefix(KEYS[b + 3], KEYS[b + 4], prefix) then
     -- newest first; a page at a time, until enough live items of the prefix are found
     local found, start = 0, 0
     while found < want do
@@ -103,7 +99,7 @@ for b = 1, #KEYS, 4 do
   end
 end
 -- several buckets: only the newest `want` of them all are read and sent back
-if #KEYS > 4 and #out > want then
+if #KEYS > 5 and #out > want then
   -- ties (other servers' clocks) by member bytes, as the client orders them
   table.sort(out, function(x, y)
     local a, b = tonumber(x[2].updated), tonumber(y[2].updated)

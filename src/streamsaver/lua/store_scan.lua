@@ -15,7 +15,7 @@
 -- {member, created, updated, event id, ttl ms, vec}) or 'values' (rows {member, created,
 -- updated, vt, v, event id, ttl ms[, vec]})   ARGV[4]: 'vec' to add the vectors to 'values'
 -- rows, else ''   ARGV[5]: ms after which it stops (having done one page)
--- 'scan': KEYS: mlog mitem mns mvec epoch of each bucket; ARGV[6]: where to go on, '<n>
+-- 'scan': KEYS: mlog mitem mns mvec epoch mnsz of each bucket; ARGV[6]: where to go on, '<n>
 --   <cursor> <epoch>' (n: the bucket's place in KEYS, from 1), '' from the first.
 --   Returns {where to go on or '', n of a bucket started again (its rows so far are void) or
 --   0, {n, last id, ...} of each bucket started, row, ...}
@@ -91,8 +91,8 @@ if ARGV[6] ~= '' then
 end
 local starts = {}
 out = { '', 0, starts }
-while n <= #KEYS / 5 do
-  local log, mitem, mns, mvec, ep = unpack(KEYS, 5 * n - 4, 5 * n)
+while n <= #KEYS / 6 do
+  local log, mitem, mns, mvec, ep, mnsz = unpack(KEYS, 6 * n - 5, 6 * n)
   local now_epoch = redis.call('HGET', ep, 'n') or '0'
   if epoch and epoch ~= now_epoch then
     -- a rebuild swapped the bucket's indexes in under the scan
@@ -101,9 +101,7 @@ while n <= #KEYS / 5 do
   epoch = now_epoch
   local matching = false
   if cursor == '0' then
-    for _, ns in ipairs(redis.call('HKEYS', mns)) do
-      matching = matching or under(ns, prefix)
-    end
+    matching = holds_prefix(mns, mnsz, prefix)
     if matching then
       starts[#starts + 1] = n
       starts[#starts + 1] = last_id(log)
@@ -128,7 +126,7 @@ while n <= #KEYS / 5 do
     return out
   end
   n, epoch = n + 1, nil
-  if n <= #KEYS / 5 and over(budget) then
+  if n <= #KEYS / 6 and over(budget) then
     out[1] = n .. ' 0'
     return out
   end

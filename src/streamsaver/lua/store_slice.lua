@@ -16,8 +16,8 @@
 -- (missing, differs), every live one against the scratch (extra), for mix, mitem, mns, mexp
 -- and mvec in turn; then, with mft set, each item's documents (mv). The last slice deletes
 -- the scratch keys.
--- KEYS: mlog mix mitem mns mexp mvec mft, scratch mix mitem mns mexp mvec, state, old mvec,
--- epoch (_keys.store_slice_keys; one slot)
+-- KEYS: mlog mix mitem mns mexp mvec mft mnsz, scratch mix mitem mns mexp mvec mnsz, state,
+-- old mvec, epoch (_keys.store_slice_keys; one slot)
 -- ARGV[1]: 'rebuild' or 'verify'   ARGV[2]: the operation's token   ARGV[3]: 'start' for its
 -- first slice, else ''   ARGV[4]: ms after which it stops   ARGV[5]: rebuild: the vector
 -- index's dims, to keep its documents from now on (the store's setup), else ''
@@ -25,10 +25,17 @@
 -- events skipped, line, ...}: "<id> <reason>" per event skipped, "ref <id> ..." (verify),
 -- "<index> <missing|differs|extra> <member>", "mv <missing|differs|extra> <member>". A page of
 -- SCAN may name a member twice: the caller keeps each line once.
-local log, ft, st, oldvec = KEYS[1], KEYS[7], KEYS[13], KEYS[14]
-local live = { KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], ft }
-local scratch = { KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12] }
-local names = { 'mix', 'mitem', 'mns', 'mexp', 'mvec' }
+local log, ft, st, oldvec, epoch_key = KEYS[1], KEYS[7], KEYS[15], KEYS[16], KEYS[17]
+-- as store_apply() takes them: mix mitem mns mexp mvec mft mnsz (the scratch keys no mft: the
+-- vector documents are rewritten after the swap)
+local live = { KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], ft, KEYS[8] }
+local scratch = { KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13], nil, KEYS[14] }
+-- the indexes replayed, by their place in live and scratch
+local INDEXES = { 1, 2, 3, 4, 5, 7 }
+local names = { 'mix', 'mitem', 'mns', 'mexp', 'mvec', nil, 'mnsz' }
+local function scratch_keys()
+  return scratch[1], scratch[2], scratch[3], scratch[4], scratch[5], scratch[7]
+end
 local mode, budget = ARGV[1], tonumber(ARGV[4])
 
 local first_id = first_entry_id(log)
@@ -39,7 +46,7 @@ end
 local out = { 'more', 0, 0, 0 }
 if not s then
   -- an abandoned operation's scratch keys may be large: freed in the background
-  redis.call('UNLINK', st, oldvec, unpack(scratch))
+  redis.call('UNLINK', st, oldvec, scratch_keys())
   s = { token = ARGV[2], first = first_id, at = '', phase = 'replay', pc = '0', dims = ARGV[5] }
   out[2] = 1
 end
@@ -100,8 +107,8 @@ end
 
 -- verify's comparisons: a phase per index and direction, then the documents
 local COMPARE = {}
-for i = 1, 5 do
-  local zset = i == 1 or i == 4
+for _, i in ipairs(INDEXES) do
+  local zset = i == 1 or i == 4 or i == 7
   COMPARE[#COMPARE + 1] = { scratch[i], live[i], zset, names[i], true }
   COMPARE[#COMPARE + 1] = { live[i], scratch[i], zset, names[i], false }
 end
@@ -152,8 +159,8 @@ end
 
 local function swap()
   -- a search's HSCAN of the old mitem cannot go on in the new one (store_scan.lua)
-  redis.call('HINCRBY', KEYS[15], 'n', 1)
-  for i = 1, 5 do
+  redis.call('HINCRBY', epoch_key, 'n', 1)
+  for _, i in ipairs(INDEXES) do
     if i == 5 and vector_dims(live) then
       -- the docs of items no longer in it are dropped by the 'drop' phase
       if redis.call('EXISTS', live[5]) == 1 then
@@ -243,9 +250,9 @@ while s.phase ~= 'done' and not stopped do
   spent()
 end
 if s.phase == 'done' then
-  redis.call('UNLINK', st, oldvec, unpack(scratch))
+  redis.call('UNLINK', st, oldvec, scratch_keys())
   out[1] = 'done'
   return out
 end
-save_slice(st, s, { st, oldvec, unpack(scratch) })
+save_slice(st, s, { st, oldvec, scratch_keys() })
 return out

@@ -1,11 +1,11 @@
 -- Append a batch of puts and deletes of one bucket to its log and project each, atomically.
--- KEYS: mlog mix mitem mns mexp mvec mft (store.lua)   ARGV[2]: 'chain' or '' (common.lua's append_event)
+-- KEYS: mlog mix mitem mns mexp mvec mft mnsz (store.lua)   ARGV[2]: 'chain' or '' (common.lua's append_event)
 -- ARGV[1]: 0, where common.lua's convention puts the feed's MAXLEN: memory events are not
 --          announced on the feeds yet (docs/store.md)
 -- ARGV[3..]: per operation 10 values: kind ('mput' | 'mdel'), ns, key, vt, v, ttl (ms or ''),
 -- thread, run, node ('' when unknown), vec (the value's embeddings, float32 LE, '' none). A delete of an item that does not exist changes
 -- nothing and appends nothing. Returns the number of events appended.
-local keys = { KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7] }
+local keys = { KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8] }
 local last = tonumber(redis.call('HGET', KEYS[3], 't') or '0')
 local now = now_us()
 local appended = 0
