@@ -150,11 +150,7 @@ class StoreOperations:
     def _every_bucket(self, args: Sequence[Field | int]) -> builtins.list[Eval]:
         """A read of every bucket: one script per bucket on a cluster (pipelined, one round
         trip per node), one script for all of them on a single server."""
-        keys: builtins.list[tuple[str, ...]]
-        if args[0] == "namespaces":
-            keys = [(k.ns, k.exp) for k in self._keys]
-        else:
-            keys = [(k.log, k.ix, k.item, k.ns, k.nsz) for k in self._keys]
+        keys = [(k.log, k.ix, k.item, k.ns, k.nsz) for k in self._keys]
         if self.cluster:
             return [Eval("store_read", k, args) for k in keys]
         return [Eval("store_read", [key for k in keys for key in k], args)]
@@ -269,14 +265,13 @@ class StoreOperations:
                 # too deep a page for one script: every item under the prefix, in slices
                 for j in range(start, end):
                     replies[j] = []
-                reads.scanned[i] = (False, False)
-        for i, (rank, vec) in reads.scanned.items():
+                reads.scanned[i] = ("values", False)
+        for i, (kind, vec) in reads.scanned.items():
             op = ops[i]
-            assert isinstance(op, SearchOp)
-            prefix = _joined(op.namespace_prefix)
+            prefix = _joined(op.namespace_prefix) if isinstance(op, SearchOp) else ""
             try:
                 rows = yield from scan_items(
-                    self._keys, self.cluster, prefix, rank, vec, DEFAULT_SLICE_MS
+                    self._keys, self.cluster, prefix, kind, vec, DEFAULT_SLICE_MS
                 )
             except ResponseError as exc:
                 raise _lost(exc) from None
@@ -643,8 +638,9 @@ class _Reads:
         self.spans: dict[int, tuple[int, int]] = {}
         # searches read as 'rank' rows (no values: the page's come in a second round trip)
         self.ranked: set[int] = set()
-        # searches that look at every item under their prefix: (as 'rank' rows, with vectors)
-        self.scanned: dict[int, tuple[bool, bool]] = {}
+        # searches that look at every item under their prefix, and namespace listings: (the
+        # rows: 'rank', 'values' or 'names'; with vectors)
+        self.scanned: dict[int, tuple[str, bool]] = {}
         by_bucket: dict[int, builtins.list[tuple[int, GetOp]]] = {}
         for i, op in enumerate(ops):
             if isinstance(op, GetOp):
@@ -664,14 +660,17 @@ class _Reads:
                 if op.filter or ranked:
                     # a filter or a ranking looks at every item under the prefix: in slices
                     # (StoreOperations._read), answered as 'rank' rows when no value is needed
-                    self.scanned[i] = (ranked and not op.filter, ranked)
+                    self.scanned[i] = ("rank" if ranked and not op.filter else "values", ranked)
                     if ranked and not op.filter:
                         self.ranked.add(i)
                     continue
                 args = ("search", _joined(op.namespace_prefix), op.offset + op.limit)
                 self.evals += core._every_bucket(args)
             elif isinstance(op, ListNamespacesOp):
-                self.evals += core._every_bucket(("namespaces",))
+                # every namespace, in slices (_store_scan.py): a store of a namespace per user
+                # has thousands a bucket
+                self.scanned[i] = ("names", False)
+                continue
             else:
                 continue
             self.spans[i] = (start, len(self.evals))

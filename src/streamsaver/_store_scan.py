@@ -1,6 +1,7 @@
 """A search that looks at every item under its namespace prefix (a filter, a ranking without
-the server's vector index), in slices (lua/store_scan.lua): in one script, a namespace of a
-million items held the server, and every tenant on it, for seconds (issue 13).
+the server's vector index, a deep page), and a listing of the namespaces, in slices
+(lua/store_scan.lua): in one script, a namespace of a million items (or a million namespaces)
+held the server, and every tenant on it, for seconds (issue 13).
 
 The slices' answers are put together into what one script would have answered at the moment
 of the last slice. HSCAN answers every item that stays in a bucket from its first page to its
@@ -22,24 +23,30 @@ from ._resp import as_text
 
 __all__ = ["scan_items"]
 
+_CHUNK = 32
+
 
 def scan_items(
     keys: Sequence[StoreKeys],
     cluster: bool,
     prefix: str,
-    rank: bool,
+    kind: str,
     vec: bool,
     slice_ms: float,
-) -> Flow[builtins.list[builtins.list[Any]]]:
-    """Every live item under ``prefix`` as rows ``[member, ...]``: 'rank' rows (no values)
-    or 'values' rows (with vectors if ``vec``), as lua/store_scan.lua gives them, in no
-    order. A caller waits for it: the slices follow each other without pauses; each one is
-    a separate command, so other clients are served between them."""
-    head = (prefix, "rank" if rank else "values", "vec" if vec else "")
+) -> Flow[builtins.list[Any]]:
+    """Every live item under ``prefix`` as rows ``[member, ...]``, ``kind`` 'rank' (no
+    values) or 'values' (with vectors if ``vec``), as lua/store_scan.lua gives them; or, kind
+    'names', every namespace holding a live item. In no order. A caller waits for it: the
+    slices follow each other without pauses; each is a separate command, so other clients
+    are served between them."""
+    head = (prefix, kind, "vec" if vec else "")
     buckets = builtins.list(range(len(keys)))
-    # each call's buckets and where it goes on; on a cluster a script may not span slots
-    pending = [([b], "") for b in buckets] if cluster else [(buckets, "")]
-    rows: dict[int, dict[bytes, builtins.list[Any]]] = {}
+    # each call's buckets and where it goes on: on a cluster a script may not span slots; on
+    # one server a call names _CHUNK buckets' keys, which it converts before it starts
+    per_call = 1 if cluster else _CHUNK
+    pending = [(buckets[i : i + per_call], "") for i in range(0, len(buckets), per_call)]
+    # by member (an item's lp(namespace) .. key, or a namespace): one bucket holds each
+    rows: dict[bytes, builtins.list[Any]] = {}
     starts: dict[int, str] = {}
     rounds, width = 0, round_width(slice_ms)
     while pending:
@@ -65,17 +72,20 @@ def scan_items(
             where, restarted, started, *found = reply
             if int(restarted):
                 # a rebuild swapped the bucket's indexes in: what its pages gave is void
-                rows.pop(bs[int(restarted) - 1], None)
+                void = bs[int(restarted) - 1]
+                rows = {m: r for m, r in rows.items() if _bucket(m, kind) != void}
             for i in range(0, len(started), 2):
                 starts[bs[int(started[i]) - 1]] = as_text(started[i + 1])
             for row in found:
-                rows.setdefault(_bucket(row[0]), {})[row[0]] = row
+                rows[row[0]] = row
             if where:
                 rest += _going_on(bs, as_text(where))
         pending = rest
     if rounds > 1:
         yield from _since(keys, head, slice_ms, starts, rows)
-    return [row for found in rows.values() for row in found.values()]
+    if kind == "names":
+        return builtins.list(rows)
+    return builtins.list(rows.values())
 
 
 def _since(
@@ -83,7 +93,7 @@ def _since(
     head: tuple[str, str, str],
     slice_ms: float,
     starts: dict[int, str],
-    rows: dict[int, dict[bytes, builtins.list[Any]]],
+    rows: dict[bytes, builtins.list[Any]],
 ) -> Flow[None]:
     """Bring ``rows`` to the items' state now: every item an event after the bucket's first
     page names, read again (a row), or gone (its member alone)."""
@@ -95,7 +105,7 @@ def _since(
             tuple(
                 Eval(
                     "store_scan",
-                    (keys[b].log, keys[b].item, keys[b].vec),
+                    (keys[b].log, keys[b].item, keys[b].ns, keys[b].vec, keys[b].exp),
                     ("since", *head, budget, after),
                 )
                 for b, after in batch
@@ -105,12 +115,11 @@ def _since(
             if isinstance(reply, Exception):
                 raise reply
             last, through, *changed = reply
-            found = rows.setdefault(b, {})
             for row in changed:
                 if len(row) == 1:
-                    found.pop(row[0], None)
+                    rows.pop(row[0], None)
                 else:
-                    found[row[0]] = row
+                    rows[row[0]] = row
             if int(through):
                 del todo[b]
             else:
@@ -132,10 +141,12 @@ def _going_on(
 
 
 def _scanned(keys: StoreKeys) -> tuple[str, ...]:
-    return (keys.log, keys.item, keys.ns, keys.vec, store_epoch_key(keys), keys.nsz)
+    return (keys.log, keys.item, keys.ns, keys.vec, store_epoch_key(keys), keys.nsz, keys.exp)
 
 
-def _bucket(member: bytes) -> int:
-    """The bucket of an item's member, lp(namespace) .. key."""
+def _bucket(member: bytes, kind: str) -> int:
+    """The bucket of an item's member, lp(namespace) .. key, or of a namespace."""
+    if kind == "names":
+        return store_bucket(member.decode())
     length, _, rest = member.partition(b":")
     return store_bucket(rest[: int(length)].decode())

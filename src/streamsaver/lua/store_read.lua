@@ -9,7 +9,6 @@
 --          per item, the newest of all buckets given, newest first; or {'scan'} when that
 --          would look at more than LOOK_MOST members (a search that looks at every item under
 --          its prefix, a filter or a ranking, is store_scan.lua's)
--- ARGV[1]: 'namespaces'; KEYS: mns mexp of each bucket: every namespace holding a live item
 -- ARGV[1]: 'events'; KEYS: mlog of one bucket; ARGV[2..]: event ids: per id {vt, v}, or false
 --          when the log no longer holds it
 
@@ -45,25 +44,6 @@ if mode == 'events' then
 end
 
 local out = {}
-if mode == 'namespaces' then
-  -- KEYS: mns mexp of each bucket. A namespace whose every item has expired is left out
-  -- already, as its items are: only the expired, not yet swept, items are looked at
-  for b = 1, #KEYS, 2 do
-    local expired = {}
-    for _, member in ipairs(redis.call('ZRANGEBYSCORE', KEYS[b + 1], '-inf', now_ms)) do
-      local ns = split_lp(member)
-      expired[ns] = (expired[ns] or 0) + 1
-    end
-    local flat = redis.call('HGETALL', KEYS[b])
-    for i = 1, #flat, 2 do
-      if tonumber(flat[i + 1]) > (expired[flat[i]] or 0) then
-        out[#out + 1] = flat[i]
-      end
-    end
-  end
-  return out
-end
-
 -- search; KEYS: mlog mix mitem mns mnsz of each bucket
 local prefix, want = ARGV[2], tonumber(ARGV[3])
 -- the members a search looks at before it answers {'scan'} instead: a deep page (a large

@@ -1,27 +1,31 @@
--- A search that looks at every item under a namespace prefix (a filter, a ranking), in slices
--- of ARGV[5] ms: in one script, a namespace of a million items held the server (every tenant
--- on it) for seconds (issue 13). The client puts the slices' answers together into what one
+-- A search that looks at every item under a namespace prefix (a filter, a ranking), or a
+-- listing of every namespace, in slices of ARGV[5] ms: in one script, a namespace of a million
+-- items (or a million namespaces) held the server, every tenant on it, for seconds (issue 13). The client puts the slices' answers together into what one
 -- script would have answered at the moment of its last slice (_store_scan.py):
---   'scan'   HSCANs each bucket's items, a page at a time. An item there throughout is
+--   'scan'   HSCANs each bucket's items (mitem; mns for namespaces), a page at a time. One
+--            there throughout is
 --            answered at least once (HSCAN's promise), unchanged since the bucket's first page;
 --            the bucket's last log entry id at that page is answered with it.
---   'since'  reads a bucket's log after an id and answers each item an event after it names,
---            as it is now: what changed while the pages went by. The slice reaching the log's
+--   'since'  reads a bucket's log after an id and answers each item (or namespace) an event
+--            after it names, as it is now: what changed while the pages went by. The slice reaching the log's
 --            end is the moment of the answer.
 -- A rebuild swapping a bucket's indexes in (store_slice.lua) adds one to its epoch (the HSCAN
 -- of the old hash cannot go on in the new one): a scan finding another epoch starts the
 -- bucket again.
 -- ARGV[1]: 'scan' or 'since'   ARGV[2]: the prefix   ARGV[3]: 'rank' (rows without values:
--- {member, created, updated, event id, ttl ms, vec}) or 'values' (rows {member, created,
--- updated, vt, v, event id, ttl ms[, vec]})   ARGV[4]: 'vec' to add the vectors to 'values'
--- rows, else ''   ARGV[5]: ms after which it stops (having done one page)
--- 'scan': KEYS: mlog mitem mns mvec epoch mnsz of each bucket; ARGV[6]: where to go on, '<n>
+-- {member, created, updated, event id, ttl ms, vec}), 'values' (rows {member, created,
+-- updated, vt, v, event id, ttl ms[, vec]}) or 'names' (rows {namespace, items}: every
+-- namespace holding a live item; ARGV[2] is '')   ARGV[4]: 'vec' to add the vectors to
+-- 'values' rows, else ''   ARGV[5]: ms after which it stops (having done one page)
+-- 'scan': KEYS: mlog mitem mns mvec epoch mnsz mexp of each bucket; ARGV[6]: where to go on, '<n>
 --   <cursor> <epoch>' (n: the bucket's place in KEYS, from 1), '' from the first.
 --   Returns {where to go on or '', n of a bucket started again (its rows so far are void) or
 --   0, {n, last id, ...} of each bucket started, row, ...}
--- 'since': KEYS: mlog mitem mvec of one bucket; ARGV[6]: the id to read after.
+-- 'since': KEYS: mlog mitem mns mvec mexp of one bucket; ARGV[6]: the id to read after.
 --   Returns {the last id read, 1 when through the log else 0, row or {member} (gone), ...}
 local mode, prefix, rank, vec = ARGV[1], ARGV[2], ARGV[3] == 'rank', ARGV[4] == 'vec'
+local names = ARGV[3] == 'names'
+local GROUP = 7
 local budget = tonumber(ARGV[5])
 local now_ms = math.floor(now_us() / 1000)
 units_begin()
@@ -49,6 +53,30 @@ local function row_of(log, mvec, member, raw)
   return row
 end
 
+-- a bucket's expired items not swept yet, per namespace (read once a call)
+local expired_in = {}
+local function expired(mexp, ns)
+  local by_ns = expired_in[mexp]
+  if not by_ns then
+    by_ns = {}
+    for _, member in ipairs(redis.call('ZRANGEBYSCORE', mexp, '-inf', now_ms)) do
+      local n = split_lp(member)
+      by_ns[n] = (by_ns[n] or 0) + 1
+    end
+    expired_in[mexp] = by_ns
+  end
+  return by_ns[ns] or 0
+end
+
+-- the namespace's row while it holds a live item, as 'namespaces' lists it (store_read.lua)
+local function name_of(mns, mexp, ns, count)
+  local held = tonumber(count or redis.call('HGET', mns, ns) or '0')
+  if held > expired(mexp, ns) then
+    return { ns, tostring(held) }
+  end
+  return nil
+end
+
 local function last_id(log)
   local e = redis.call('XREVRANGE', log, '+', '-', 'COUNT', 1)[1]
   return e and e[1] or '0-0'
@@ -56,17 +84,18 @@ end
 
 local out = {}
 if mode == 'since' then
-  local log, mitem, mvec = KEYS[1], KEYS[2], KEYS[3]
+  local log, mitem, mns, mvec, mexp = unpack(KEYS, 1, 5)
   out = { ARGV[6], 0 }
   local seen = {}
   while true do
     local batch = redis.call('XRANGE', log, '(' .. out[1], '+', 'COUNT', 10)
     for _, e in ipairs(batch) do
       local f = fields_of(e[2])
-      local member = f.ns and f.key and (lp(f.ns) .. f.key)
+      local member = f.ns and f.key and (names and f.ns or (lp(f.ns) .. f.key))
       if member and not seen[member] then
         seen[member] = true
-        local row = row_of(log, mvec, member, redis.call('HGET', mitem, member))
+        local row = names and name_of(mns, mexp, member) or
+          not names and row_of(log, mvec, member, redis.call('HGET', mitem, member)) or nil
         if row and row.err then
           return row
         end
@@ -91,8 +120,8 @@ if ARGV[6] ~= '' then
 end
 local starts = {}
 out = { '', 0, starts }
-while n <= #KEYS / 6 do
-  local log, mitem, mns, mvec, ep, mnsz = unpack(KEYS, 6 * n - 5, 6 * n)
+while n <= #KEYS / GROUP do
+  local log, mitem, mns, mvec, ep, mnsz, mexp = unpack(KEYS, GROUP * n - GROUP + 1, GROUP * n)
   local now_epoch = redis.call('HGET', ep, 'n') or '0'
   if epoch and epoch ~= now_epoch then
     -- a rebuild swapped the bucket's indexes in under the scan
@@ -109,11 +138,12 @@ while n <= #KEYS / 6 do
   end
   if cursor ~= '0' or matching then
     repeat
-      local page = redis.call('HSCAN', mitem, cursor, 'COUNT', 8)
+      local page = redis.call('HSCAN', names and mns or mitem, cursor, 'COUNT', 8)
       cursor = page[1]
       local flat = page[2]
       for i = 1, #flat, 2 do
-        local row = row_of(log, mvec, flat[i], flat[i + 1])
+        local row = names and name_of(mns, mexp, flat[i], flat[i + 1]) or
+          not names and row_of(log, mvec, flat[i], flat[i + 1]) or nil
         if row and row.err then
           return row
         end
@@ -126,7 +156,7 @@ while n <= #KEYS / 6 do
     return out
   end
   n, epoch = n + 1, nil
-  if n <= #KEYS / 6 and over(budget) then
+  if n <= #KEYS / GROUP and over(budget) then
     out[1] = n .. ' 0'
     return out
   end
