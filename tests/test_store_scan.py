@@ -258,3 +258,41 @@ def test_namespaces_are_listed_in_slices_as_at_the_last_slice(target: Target, pr
         drop(client, prefix)
         client.close()
         other.close()
+
+
+def test_changes_read_a_backlog_in_bounded_rounds(target: Target, prefix: str) -> None:
+    """changes() read `count` events of every bucket in one pipeline, which Redis runs as one
+    block (a tail from the start of a big store: 256 x count events); it peeks at every bucket
+    first, then reads on in rounds of about 256 events, with the same events and cursor."""
+    from streamsaver._keys import store_bucket
+
+    client = target.client()
+    try:
+        store = RedisStreamStore(client, prefix=prefix)
+        names = [(f"ns{i}",) for i in range(3)]
+        assert len({store_bucket(n[0]) for n in names}) == 3
+        for i in range(50):
+            store.batch([PutOp(ns, f"k{i}", {"i": i}) for ns in names])
+        sizes: list[int] = []
+        original = store._saver._execute
+
+        def execute(op: Any) -> Any:
+            if isinstance(op, Each):
+                sizes.append(len(op.ops))
+            return original(op)
+
+        store._saver._execute = execute  # type: ignore[method-assign]
+        events, cursor = store.changes(count=40)
+        assert sizes[0] == 256 and len(sizes) > 1 and max(sizes[1:]) <= 256 // 40
+        assert len(events) == 120
+        assert [e.at for e in events] == sorted(e.at for e in events)
+        for ns in names:
+            keys = [e.key for e in events if e.namespace == ns]
+            assert keys == [f"k{i}" for i in range(40)]
+        rest, _ = store.changes(cursor, count=40)
+        assert sorted((e.namespace, e.key) for e in rest) == sorted(
+            (ns, f"k{i}") for ns in names for i in range(40, 50)
+        )
+    finally:
+        drop(client, prefix)
+        client.close()

@@ -54,6 +54,9 @@ __all__ = ["StoreOperations", "check_ttl_config"]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _SWEEP_BATCH = 1000
+# changes(): the events a bucket is first read for, and about how many a later round reads in
+# all (a pipeline of XRANGEs runs as one block: ~1-3 us an event)
+_PEEK, _ROUND_EVENTS = 2, 256
 
 
 def check_ttl_config(ttl: object) -> TTLConfig | None:
@@ -592,24 +595,38 @@ class StoreOperations:
         self, after: StoreCursor | None, count: int, values: bool
     ) -> Flow[tuple[builtins.list[MemoryEvent], StoreCursor]]:
         """The events of every bucket after ``after`` (up to ``count`` per bucket), by time,
-        and the cursor to read on from: one pipelined read of every bucket's log. Entries this
-        version cannot read are passed over (the cursor moves past them)."""
+        and the cursor to read on from. Redis runs a pipeline's commands back to back, so one
+        read of ``count`` events from each of the 256 logs (a tail starting from the first
+        event of a big store) held every other client as long: the first round reads at most
+        _PEEK events a bucket, every bucket in one round trip (all an idle tail costs); the
+        buckets that had that many are read on in rounds of about _ROUND_EVENTS events.
+        Entries this version cannot read are passed over (the cursor moves past them)."""
         positions = dict(after.positions) if after is not None else {}
-        reads = tuple(
-            Call(("XRANGE", self.keys(b).log, "(" + positions[b] if b in positions else "-",
-                  "+", "COUNT", count))
-            for b in _all()
-        )  # fmt: skip
-        events = []
-        for b, page in zip(_all(), (yield Each(reads)), strict=True):
-            if isinstance(page, Exception):
-                raise page
-            for entry_id, fields in page:
-                event = memory_event(b, as_text(entry_id), fields, self._serde(values))
-                if event is not None:
-                    events.append(event)
-            if page:
-                positions[b] = as_text(page[-1][0])
+        events: builtins.list[MemoryEvent] = []
+        wanted = dict.fromkeys(_all(), count)
+        width, first = len(wanted), True
+        while wanted:
+            batch = builtins.list(wanted.items())[:width]
+            reads = tuple(
+                Call(("XRANGE", self.keys(b).log, "(" + positions[b] if b in positions else "-",
+                      "+", "COUNT", min(left, _PEEK) if first else left))
+                for b, left in batch
+            )  # fmt: skip
+            for (b, left), page in zip(batch, (yield Each(reads)), strict=True):
+                if isinstance(page, Exception):
+                    raise page
+                for entry_id, fields in page:
+                    event = memory_event(b, as_text(entry_id), fields, self._serde(values))
+                    if event is not None:
+                        events.append(event)
+                if page:
+                    positions[b] = as_text(page[-1][0])
+                more = left - len(page)
+                if first and len(page) == min(left, _PEEK) and more:
+                    wanted[b] = more
+                else:
+                    del wanted[b]
+            width, first = max(1, _ROUND_EVENTS // count), False
         events.sort(key=lambda e: (e.at, e.bucket, e.id))
         return events, StoreCursor(positions=positions)
 
