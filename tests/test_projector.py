@@ -223,6 +223,12 @@ async def test_async_saver_reads_the_registry_like_the_sync_one(
     # both scan: never seeded
     assert [t async for t in async_saver.athreads()] == sync_saver.threads()
     assert await async_saver.aseed_projections() == 4
+    # as the sync one: some slots; or only those never seeded (none now: each slot's rows
+    # are counted as they are)
+    slot = slot_of(thread_keys(sync_saver.prefix, "t1").log)
+    assert await async_saver.aseed_projections([slot]) == sync_saver.seed_projections([slot]) == 1
+    assert await async_saver.aseed_projections(unseeded_only=True) == 4
+    assert sync_saver.seed_projections(unseeded_only=True) == 4
     work(sync_saver, "late", 1, "r")  # not applied: read from the feed
     page = [t async for t in async_saver.athreads(limit=2)]
     assert [i.thread_id for i in page] == ["late", "t3"]

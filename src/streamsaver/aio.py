@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
+from collections.abc import AsyncIterator, Coroutine, Iterable, Iterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, TextIO
 
@@ -492,8 +492,13 @@ class AsyncRedisStreamSaver(StreamSaverBase):
     async def aprojector_lag(self) -> ProjectorLag:
         return await self._run(self._projections.lag())
 
-    async def aseed_projections(self) -> int:
-        return await self._run(self._projections.seed(None, self.slice_ms, self.slice_pause))
+    async def aseed_projections(
+        self, slots: Iterable[int] | None = None, *, unseeded_only: bool = False
+    ) -> int:
+        """RedisStreamSaver.seed_projections, awaited."""
+        return await self._run(
+            self._projections.seed(slots, self.slice_ms, self.slice_pause, unseeded_only)
+        )
 
     # The sync interface, for callers on other threads (LangGraph's sync get_state & co).
     def _sync(self, coro: Coroutine[Any, Any, T]) -> T:
