@@ -53,13 +53,17 @@ local function row_of(log, mvec, member, raw)
   return row
 end
 
--- a bucket's expired items not swept yet, per namespace (read once a call)
+-- a bucket's expired items not swept yet, per namespace (read once a call, at most
+-- EXPIRED_MOST of them: past that many in a bucket, a namespace whose every item expired may
+-- be listed until the sweep deletes them, rather than every call reading them all)
+local EXPIRED_MOST = 1000
 local expired_in = {}
 local function expired(mexp, ns)
   local by_ns = expired_in[mexp]
   if not by_ns then
     by_ns = {}
-    for _, member in ipairs(redis.call('ZRANGEBYSCORE', mexp, '-inf', now_ms)) do
+    for _, member in ipairs(redis.call('ZRANGEBYSCORE', mexp, '-inf', now_ms, 'LIMIT', 0,
+                                       EXPIRED_MOST)) do
       local n = split_lp(member)
       by_ns[n] = (by_ns[n] or 0) + 1
     end
