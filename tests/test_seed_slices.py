@@ -165,6 +165,33 @@ def test_a_long_log_rewritten_is_recomputed_by_a_sliced_seed_not_in_the_projecto
     assert "gone" not in str(projections(redis_client, prefix))
 
 
+def test_a_deleted_thread_of_many_runs_is_unindexed_by_a_sliced_seed(
+    sync_saver: RedisStreamSaver, redis_client: redis.Redis, prefix: str
+) -> None:
+    """A deleted thread's log is one tombstone, short, but its recompute first drops each of
+    its members from the slot's run and metadata indexes: a thread of thousands of runs held
+    the server for as long, in the projector's own call. Past 100 members the projector is
+    answered ``reseed`` and seeds the slot in slices."""
+    config: Any = {"configurable": {"thread_id": "chatty", "checkpoint_ns": ""}}
+    for step in range(120):
+        meta = {"step": step, "source": "loop", "run_id": f"run{step}"}
+        config = sync_saver.put(config, checkpoint(step, n=step), meta, {"n": step + 1})
+    work(sync_saver, "quiet", 2, "r1")
+    sync_saver.seed_projections()
+    assert "run7" in str(projections(redis_client, prefix))
+    slot = slot_of(thread_keys(prefix, "chatty").log)
+    sync_saver.delete_thread("chatty")
+    assert redis_client.xlen(thread_keys(prefix, "chatty").log) <= 50
+    done = sync_saver.project(slot)
+    assert (done.status, done.thread, done.applied) == ("reseed", "chatty", 0)
+    projector = Projector(sync_saver)
+    projector.apply(slot, [])
+    assert projector.totals.reseeded == 1
+    assert sync_saver.projector_lag().pending == 0
+    assert "run7" not in str(projections(redis_client, prefix))
+    assert sync_saver.thread_ids() == ["quiet"]
+
+
 def test_a_seed_ends_though_its_threads_are_written_faster_than_it_reads(
     sync_saver: RedisStreamSaver, redis_client: redis.Redis, prefix: str
 ) -> None:

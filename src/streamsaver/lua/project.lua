@@ -27,8 +27,9 @@ if not cursor then
 end
 local batch = after_cursor(feed, cursor, stop, count)
 local known = {checkpoint = true, writes = true, delete = true, thread_deleted = true}
--- the longest log recomputed in this call (~5 us an event)
-local RECOMPUTE_MOST = 50
+-- the longest log recomputed in this call (~5 us an event), and the most index members it
+-- drops first (~2 us each: a deleted thread's log is short, but its runs may be thousands)
+local RECOMPUTE_MOST, UNINDEX_MOST = 50, 100
 local order, whole, unknown, acc = {}, {}, {}, {}
 local taken = 0
 units_begin()
@@ -64,10 +65,12 @@ for i, e in ipairs(batch) do
     end
   end
 end
--- a recompute reads the whole log in this call: a long one is left to a seed of the slot, in
--- slices (nothing is written here, and the cursor stays)
+-- a recompute reads the whole log in this call and drops every index member of the thread:
+-- a long log, or many members, are left to a seed of the slot, in slices (nothing is written
+-- here, and the cursor stays)
 for _, t in ipairs(order) do
-  if whole[t] and redis.call('XLEN', thread_base(prefix, t) .. 'log') > RECOMPUTE_MOST then
+  if whole[t] and (redis.call('XLEN', thread_base(prefix, t) .. 'log') > RECOMPUTE_MOST or
+      indexed(KEYS[5], t) + indexed(KEYS[6], t) > UNINDEX_MOST) then
     return {'reseed', t}
   end
 end

@@ -200,6 +200,12 @@ local function add_members(acc)
 end
 
 -- Drop what a thread contributes to one of runs/meta (its 'r' members name its 'f' members).
+-- How many members of key are t's (what unindex() removes).
+local function indexed(key, t)
+  local lt = lp(t)
+  return redis.call('ZLEXCOUNT', key, '[r' .. lt, '[r' .. lt .. '\255')
+end
+
 local function unindex(key, t)
   local lt = lp(t)
   local mine = redis.call('ZRANGEBYLEX', key, '[r' .. lt, '[r' .. lt .. '\255')
