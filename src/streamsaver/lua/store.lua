@@ -12,7 +12,8 @@
 --   KEYS[4] mns   hash: namespace -> items it holds (a namespace is listed while > 0)
 --   KEYS[5] mexp  sorted set: score = expires (ms), member = lp(ns) .. key, items with a TTL
 --   KEYS[6] mvec  hash: lp(ns) .. key -> the item's embeddings (its event's vec), items that
---                 have some: a ranked search reads them in one HGETALL per bucket
+--                 have some: a ranked search reads them beside mitem (store_scan.lua), no
+--                 event per item
 --   KEYS[7] mft   string: the dims of the server's vector index (RediSearch), set by the store's
 --                 setup() on a server that has one; configuration, not derived. While it is
 --                 set, each vector of an item is also one HASH document of that index,
