@@ -559,6 +559,7 @@ class Operations:
                 f"copy_thread({source!r}, {target!r}) names one thread twice; give a new target"
             )
         src, dst = self.keys(source), self.keys(target)
+        target_b = target.encode()
         copied, fit = 0, 8
         # the latest writes events seen: the parts of the checkpoints after them name their bytes
         writes: dict[str, dict[bytes, bytes]] = {}
@@ -573,24 +574,33 @@ class Operations:
             page: list[list[Field | int]] = []
             size = 0
             for entry_id, fields in entries:
-                fields = yield from self._unshared(source, as_text(entry_id), fields, writes)
-                if fields.get(b"k") == b"writes":
-                    writes[as_text(entry_id)] = fields
+                eid = as_text(entry_id)
+                kind = fields.get(b"k")
+                if kind == b"checkpoint":
+                    fields = yield from self._unshared(source, eid, fields, writes)
+                elif kind == b"writes":
+                    writes[eid] = fields
                     if len(writes) > _WRITES_KEPT:
                         del writes[next(iter(writes))]
-                event = {
-                    **{k: v for k, v in fields.items() if k not in CHAIN_FIELDS},
-                    b"thread": target.encode(),
-                    b"copy_of": _copy_of(source, entry_id),
-                }
-                weight = sum(len(k) + len(v) for k, v in event.items())
+                # the event's fields flat, as import.lua takes them: every field but the
+                # chain's (the copies are chained anew), whose thread and what it copies in
+                # place of the source's own, if it has them (a copy of a copy), else last
+                own = {b"thread": target_b, b"copy_of": _copy_of(source, eid)}
+                flat: builtins.list[Field | int] = [0]
+                for k, v in fields.items():
+                    if k not in CHAIN_FIELDS:
+                        flat += (k, own.pop(k, v))
+                for k, v in own.items():
+                    flat += (k, v)
+                flat[0] = len(flat) - 1
+                weight = sum(map(len, flat[1:]))  # type: ignore[arg-type]
                 if page and (len(page) >= _IMPORT_EVENTS or size + weight > _IMPORT_BYTES):
                     # each import is one script: bounded in events and bytes, and it stops
                     # after slice_ms, whatever the log holds (issue 13)
                     took, fit = yield from self._import(dst, page, fit, pace)
                     copied += took
                     page, size = [], 0
-                page.append([2 * len(event), *(x for pair in event.items() for x in pair)])
+                page.append(flat)
                 size += weight
             took, fit = yield from self._import(dst, page, fit, pace)
             copied += took
@@ -603,7 +613,7 @@ class Operations:
         pace: Pace,
     ) -> Flow[tuple[int, int]]:
         """Append ``page``'s events to ``dst`` in slices: each call takes what fits its budget.
-        A call is sent ``fit`` events, a few more than the last one took, not the page's rest:
+        A call is sent ``fit`` events, one more than the last one took, not the page's rest:
         the server converts every argument before the script starts, outside its budget, and
         the client would encode the rest again for each call. Returns (appended, next fit)."""
         done = 0
@@ -613,12 +623,14 @@ class Operations:
                 self.ttl_ms,
                 f"{self.slice_ms:g}",
             ]
-            for event in page[done : done + fit]:
+            sent = page[done : done + fit]
+            for event in sent:
                 args += event
             op = Eval("import", self.appending(dst), args, write=True)
             took = int((yield from self._slice(op, pace)))
             done += took
-            fit = took + took // 4 + 2
+            # one more than it took, or twice as many once a call takes all it was sent
+            fit = 2 * took if took == len(sent) else took + 1
         return done, fit
 
     def _unshared(
@@ -634,27 +646,25 @@ class Operations:
         before anything of its page is copied."""
         if fields.get(b"k") != b"checkpoint":
             return fields
+        shared = [n for n, raw in fields.items() if raw.startswith(_SHARED) and _is_value(n)]
+        if not shared:
+            # the usual case: nothing to replace (unshared() passes other values as they are)
+            return fields
         log = self.keys(thread_id).log
-        for name, raw in fields.items():
-            if _is_value(name) and raw.startswith(_SHARED):
-                eid = _shared_event(raw)
-                if eid is None:
-                    raise CorruptIndexError(
-                        f"event {entry_id} of thread {thread_id!r} has a malformed shared part "
-                        f"in field {name.decode()}; inspect it with XRANGE and repair or remove "
-                        f"it (`streamsaver verify` lists every such reference)"
-                    )
-                if eid not in writes:
-                    found = yield Call(("XRANGE", log, eid, eid))
-                    # only a writes event's bytes can be named
-                    writes[eid] = (
-                        found[0][1] if found and found[0][1].get(b"k") == b"writes" else {}
-                    )
+        for name in shared:
+            eid = _shared_event(fields[name])
+            if eid is None:
+                raise CorruptIndexError(
+                    f"event {entry_id} of thread {thread_id!r} has a malformed shared part "
+                    f"in field {name.decode()}; inspect it with XRANGE and repair or remove "
+                    f"it (`streamsaver verify` lists every such reference)"
+                )
+            if eid not in writes:
+                found = yield Call(("XRANGE", log, eid, eid))
+                # only a writes event's bytes can be named
+                writes[eid] = found[0][1] if found and found[0][1].get(b"k") == b"writes" else {}
         try:
-            return {
-                name: self.codec.unshared(raw, writes.get) if _is_value(name) else raw
-                for name, raw in fields.items()
-            }
+            return {**fields, **{n: self.codec.unshared(fields[n], writes.get) for n in shared}}
         except CorruptIndexError as exc:
             raise CorruptIndexError(
                 f"event {entry_id} of thread {thread_id!r}: {exc}; nothing of it was copied "
