@@ -677,8 +677,9 @@ class _Reads:
                 if op.filter or ranked:
                     # a filter or a ranking looks at every item under the prefix: in slices
                     # (StoreOperations._read), answered as 'rank' rows when no value is needed
-                    self.scanned[i] = ("rank" if ranked and not op.filter else "values", ranked)
-                    if ranked and not op.filter:
+                    values_needed = bool(op.filter)
+                    self.scanned[i] = ("values" if values_needed else "rank", ranked)
+                    if not values_needed:
                         self.ranked.add(i)
                     continue
                 args = ("search", _joined(op.namespace_prefix), op.offset + op.limit)

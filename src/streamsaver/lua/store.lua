@@ -101,12 +101,23 @@ local function vector_docs(keys, dims, member, vec)
   return docs
 end
 
--- the item's documents, and any left past them (a hand edit), which verify reports as extra
-local function drop_vector_docs(keys, dims, member, vec)
-  local n, j = vector_count(vec, dims), 0
+-- Make an item's documents those of vec (none for nil or ''): each written, then those past
+-- them deleted, the old vectors' (old: the vec they were written from, if known) and any left
+-- beyond (a hand edit, which verify reports as extra).
+local function set_vector_docs(keys, dims, member, vec, old)
+  local docs = (vec and vec ~= '') and vector_docs(keys, dims, member, vec) or {}
+  for _, doc in ipairs(docs) do
+    redis.call('HSET', doc[1], 'v', doc[2], 'p', doc[3], 'm', member)
+  end
+  local n, j = vector_count(old, dims), #docs
   while redis.call('DEL', vector_doc(keys, member, j)) == 1 or j < n do
     j = j + 1
   end
+end
+
+-- the item's documents (written from vec), and any left past them
+local function drop_vector_docs(keys, dims, member, vec)
+  set_vector_docs(keys, dims, member, nil, vec)
 end
 
 -- Whether an item is live at now_ms: reads leave out items whose TTL ran out, as though the
@@ -209,10 +220,7 @@ local function store_apply(keys, eid, f)
     end
     local dims = vector_dims(keys)
     if dims then
-      drop_vector_docs(keys, dims, member, redis.call('HGET', mvec, member))
-      for _, doc in ipairs(vector_docs(keys, dims, member, f.vec)) do
-        redis.call('HSET', doc[1], 'v', doc[2], 'p', doc[3], 'm', member)
-      end
+      set_vector_docs(keys, dims, member, f.vec, redis.call('HGET', mvec, member))
     end
     if f.vec and f.vec ~= '' then
       redis.call('HSET', mvec, member, f.vec)

@@ -72,13 +72,23 @@ local function expired(mexp, ns)
   return by_ns[ns] or 0
 end
 
--- the namespace's row while it holds a live item, as 'namespaces' lists it (store_read.lua)
+-- the namespace's row while it holds more items than have expired (a listing leaves out a
+-- namespace whose every item expired, as though the sweep had run)
 local function name_of(mns, mexp, ns, count)
   local held = tonumber(count or redis.call('HGET', mns, ns) or '0')
   if held > expired(mexp, ns) then
     return { ns, tostring(held) }
   end
   return nil
+end
+
+-- the row of an item (its mitem value raw, or nil to read it) or of a namespace (raw: its
+-- count in mns, or nil), whichever the call lists; nil when it is not listed
+local function row_for(log, mitem, mns, mvec, mexp, member, raw)
+  if names then
+    return name_of(mns, mexp, member, raw)
+  end
+  return row_of(log, mvec, member, raw or redis.call('HGET', mitem, member))
 end
 
 local function last_id(log)
@@ -98,8 +108,7 @@ if mode == 'since' then
       local member = f.ns and f.key and (names and f.ns or (lp(f.ns) .. f.key))
       if member and not seen[member] then
         seen[member] = true
-        local row = names and name_of(mns, mexp, member) or
-          not names and row_of(log, mvec, member, redis.call('HGET', mitem, member)) or nil
+        local row = row_for(log, mitem, mns, mvec, mexp, member, nil)
         if row and row.err then
           return row
         end
@@ -146,8 +155,7 @@ while n <= #KEYS / GROUP do
       cursor = page[1]
       local flat = page[2]
       for i = 1, #flat, 2 do
-        local row = names and name_of(mns, mexp, flat[i], flat[i + 1]) or
-          not names and row_of(log, mvec, flat[i], flat[i + 1]) or nil
+        local row = row_for(log, mitem, mns, mvec, mexp, flat[i], flat[i + 1])
         if row and row.err then
           return row
         end

@@ -131,18 +131,6 @@ local function check_docs(dims, member, vec)
   end
 end
 
--- the documents of one item as its live vectors say
-local function write_docs(dims, member, vec)
-  local docs = vector_docs(live, dims, member, vec)
-  for _, doc in ipairs(docs) do
-    redis.call('HSET', doc[1], 'v', doc[2], 'p', doc[3], 'm', member)
-  end
-  local j = #docs
-  while redis.call('DEL', vector_doc(live, member, j)) == 1 do
-    j = j + 1
-  end
-end
-
 -- one page of a phase over key: each(member, value); true when the scan is through
 local function scan(key, zset, each)
   local flat, cursor = page(key, zset)
@@ -194,7 +182,9 @@ local function step()
   elseif mode == 'rebuild' then
     local dims = vector_dims(live)
     if s.phase == 'docs' then
-      if scan(live[5], false, function(member, vec) write_docs(dims, member, vec) end) then
+      if scan(live[5], false, function(member, vec)
+        set_vector_docs(live, dims, member, vec)
+      end) then
         next_phase('drop')
       end
     elseif s.phase == 'drop' then
