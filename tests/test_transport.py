@@ -16,9 +16,10 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import NoScriptError, ResponseError
 
-from streamsaver import AsyncRedisStreamSaver, RedisStreamSaver
+from streamsaver import AsyncRedisStreamSaver, RedisStreamSaver, ServerUnavailableError
 from streamsaver._durability import Durability, DurabilityError
-from streamsaver._flow import Call, Eval
+from streamsaver._exchange import ScanNode, Views, exchange
+from streamsaver._flow import Call, Eval, ScanLogs
 from streamsaver._moves import Moves
 from streamsaver._multiplex import Link
 from streamsaver._pipelining import AutoPipeline
@@ -32,6 +33,7 @@ from streamsaver._transport import (
     Scripts,
     durable_rounds,
     rounds,
+    run,
 )
 
 
@@ -219,6 +221,133 @@ def test_rounds_resend_what_met_ask_without_relearning() -> None:
     with pytest.raises(StopIteration) as done:
         flow.send([b"2"])
     assert done.value.value == [b"1", b"2"]
+
+
+def _exchange(first: Any = None, cluster: bool = True) -> Any:
+    scripts = Scripts({"a": "return 1"})
+    op = Eval("a", ("k",), (), write=True)
+    durability = Durability("none", 1, 1000)
+    return exchange(op, scripts, durability, Moves(1.0, "test"), cluster, first), scripts
+
+
+def test_a_lost_cluster_connection_is_resent_after_learning_the_layout() -> None:
+    flow, scripts = _exchange()
+    sent = next(flow)
+    assert isinstance(sent, Pipeline) and sent.commands[0][:2] == ("EVALSHA", scripts.shas["a"])
+    pause = flow.throw(redis.exceptions.ConnectionError("Connection closed by server"))
+    assert isinstance(pause, Pause)
+    learn = flow.send(None)
+    assert isinstance(learn, Relearn) and learn.moved is None
+    again = flow.send(None)
+    assert isinstance(again, Pipeline) and again.commands == sent.commands
+    with pytest.raises(StopIteration) as done:
+        flow.send([1])
+    assert done.value.value == 1
+
+
+def test_a_lost_standalone_connection_is_final_and_typed() -> None:
+    """redis-py resent it under the client's retry policy already."""
+    flow, _ = _exchange(cluster=False)
+    next(flow)
+    with pytest.raises(ServerUnavailableError, match="Connection closed by server"):
+        flow.throw(redis.exceptions.ConnectionError("Connection closed by server"))
+
+
+def test_the_hot_paths_first_replies_are_taken_up_where_they_stopped() -> None:
+    """A shell sent the command itself and met a fresh server: the core loads the script and
+    sends again, without sending the first round twice."""
+    flow, _ = _exchange(first=[NoScriptError("NOSCRIPT No matching script")])
+    load = next(flow)
+    assert isinstance(load, LoadScripts) and load.sources == ["return 1"]
+    again = flow.send(None)
+    assert isinstance(again, Pipeline) and len(again.commands) == 1
+    with pytest.raises(StopIteration) as done:
+        flow.send([1])
+    assert done.value.value == 1
+
+
+def test_the_hot_paths_send_error_is_met_as_the_cores_own() -> None:
+    flow, _ = _exchange(first=redis.exceptions.ConnectionError("Connection reset by peer"))
+    assert isinstance(next(flow), Pause)
+    assert isinstance(flow.send(None), Relearn)
+    assert isinstance(flow.send(None), Pipeline)
+
+
+def test_a_slot_in_motion_the_client_raised_is_waited_for_and_resent() -> None:
+    flow, _ = _exchange()
+    sent = next(flow)
+    pause = flow.throw(redis.exceptions.TryAgainError("TRYAGAIN"))
+    assert isinstance(pause, Pause) and pause.seconds > 0
+    assert flow.send(None) == sent  # no relearning: the layout did not change
+
+
+def test_a_server_error_the_client_raised_is_raised_typed() -> None:
+    flow, _ = _exchange()
+    next(flow)
+    with pytest.raises(ResponseError, match="WRONGTYPE"):
+        flow.throw(ResponseError("WRONGTYPE Operation against a key holding the wrong kind"))
+
+
+def test_the_driver_throws_a_verbs_error_into_the_core() -> None:
+    """``run`` hands a failed send back to the core, which decides: here a cluster's lost
+    connection, resent once the layout is learned again."""
+    done: list[str] = []
+    sent: list[Any] = []
+
+    def send(step: Pipeline) -> list[Any]:
+        sent.append(step.commands)
+        if len(sent) == 1:
+            raise redis.exceptions.ConnectionError("Connection closed by server")
+        return [7]
+
+    verbs = {
+        Pipeline: send,
+        Pause: lambda step: done.append("pause"),
+        Relearn: lambda step: done.append("relearn"),
+    }
+    flow, _ = _exchange()
+    assert run(flow, verbs) == 7
+    assert done == ["pause", "relearn"] and len(sent) == 2
+
+
+def _view(name: str, slots: list[list[int]]) -> dict[str, Any]:
+    node = {"flags": "myself,master", "node_id": name, "slots": slots, "migrations": []}
+    return {name: node}
+
+
+def test_a_cluster_scan_visits_every_primary_and_again_when_the_layout_moved() -> None:
+    flow = exchange(
+        ScanLogs("p:*"), Scripts({}), Durability("none", 1, 1000), Moves(5.0, "test"), True
+    )
+    before = {"a:1": _view("a:1", [[0, 8000]]), "b:2": _view("b:2", [[8001, 16383]])}
+    after = {"a:1": _view("a:1", [[0, 7999]]), "b:2": _view("b:2", [[8000, 16383]])}
+    assert isinstance(next(flow), Views)
+    first = flow.send(before)
+    assert first == ScanNode("a:1", "p:*", 0)
+    assert flow.send((17, [b"k1"])) == ScanNode("a:1", "p:*", 17)  # the cursor, followed
+    assert flow.send((0, [b"k2"])) == ScanNode("b:2", "p:*", 0)
+    assert isinstance(flow.send((0, [b"k3"])), Views)
+    # slot 8000 moved meanwhile: its keys may have gone past the scan
+    assert isinstance(flow.send(after), Relearn)
+    assert isinstance(flow.send(None), Pause)
+    assert isinstance(flow.send(None), Views)
+    assert flow.send(after) == ScanNode("a:1", "p:*", 0)
+    assert flow.send((0, [b"k1"])) == ScanNode("b:2", "p:*", 0)
+    assert isinstance(flow.send((0, [b"k2", b"k3", b"k4"])), Views)
+    with pytest.raises(StopIteration) as done:
+        flow.send(after)
+    assert sorted(done.value.value) == [b"k1", b"k2", b"k3", b"k4"]
+
+
+def test_a_standalone_scan_follows_the_cursor_on_the_one_server() -> None:
+    flow = exchange(
+        ScanLogs("p:*"), Scripts({}), Durability("none", 1, 1000), Moves(5.0, "test"), False
+    )
+    assert next(flow) == ScanNode(None, "p:*", 0)
+    assert flow.send((9, [b"k1"])) == ScanNode(None, "p:*", 9)
+    with pytest.raises(StopIteration) as done:
+        flow.send((0, [b"k2"]))
+    assert sorted(done.value.value) == [b"k1", b"k2"]
 
 
 def test_a_sync_saver_keeps_one_connection_and_threads_never_wait_for_it(

@@ -98,9 +98,27 @@ class AutoPipeline:
             lambda: self._linked(lane, loop, commands), _again
         )
 
+    def submit(self, commands: Sequence[Command]) -> asyncio.Future[list[Any]] | None:
+        """The future of ``commands``' replies (as ``send``'s) when this loop's connection is
+        kept and up: the hot path, with no coroutine of its own and no resending (a caller
+        meeting a lost connection sends again through ``send``). None otherwise."""
+        loop = asyncio.get_running_loop()
+        lane = self._lanes.get(loop)
+        if lane is None or not commands:
+            return None
+        link = lane.link
+        if not isinstance(link, Link) or not link.usable:
+            return None
+        return self._queue(lane, loop, commands)
+
     async def _linked(
         self, lane: _Lane, loop: asyncio.AbstractEventLoop, commands: Sequence[Command]
     ) -> list[Any]:
+        return await self._queue(lane, loop, commands)
+
+    def _queue(
+        self, lane: _Lane, loop: asyncio.AbstractEventLoop, commands: Sequence[Command]
+    ) -> asyncio.Future[list[Any]]:
         group = Group(commands, loop.create_future())
         lane.queued.append(group)
         if not lane.flushing:
@@ -108,7 +126,7 @@ class AutoPipeline:
             # shares it
             lane.flushing = True
             loop.call_soon(self._flush, lane)
-        return await group.future
+        return group.future
 
     def _flush(self, lane: _Lane) -> None:
         lane.flushing = False

@@ -17,9 +17,9 @@ Redis Functions' ``FCALL``) changes nothing else here or in the shells.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 from redis.exceptions import AskError, MovedError, NoPermissionError, NoScriptError, ResponseError
 
@@ -39,6 +39,7 @@ __all__ = [
     "Relearn",
     "Scripts",
     "Step",
+    "Verbs",
     "arun",
     "durable_rounds",
     "key_of",
@@ -50,6 +51,7 @@ __all__ = [
 ]
 
 Command = tuple[Any, ...]
+R = TypeVar("R")
 
 
 class Scripts:
@@ -147,12 +149,15 @@ def rounds(
     *,
     translate_errors: bool = True,
     give_up_as_value: bool = False,
+    first: list[Any] | None = None,
 ) -> Generator[Step, Any, list[Any]]:
     """Run ``ops``; their replies in order, a server error as a value in its place (translated
     to streamsaver's types with ``translate_errors``). A slot still in motion after the
     ``moves`` deadline raises ``SlotMovingError``, or with ``give_up_as_value`` is the reply
-    of each operation it stopped (a reader reports it and reads on)."""
-    first: list[Any] = yield Pipeline([scripts.command(one) for one in ops])
+    of each operation it stopped (a reader reports it and reads on). ``first``: the replies of
+    the first pipeline, where the shell sent it itself (its hot path)."""
+    if first is None:
+        first = yield Pipeline([scripts.command(one) for one in ops])
     if not any(isinstance(reply, Exception) for reply in first):
         return first  # everything ran: nothing below applies, and a graph's calls end here
     got: list[Any] | None = first
@@ -217,9 +222,11 @@ class Durably:
 
 @dataclass(frozen=True, slots=True)
 class LoadThere:
-    """Load ``source`` on the node the last ``Durably`` went to."""
+    """Load ``source`` on the node a ``Durably`` of the same ``key`` and ``asked`` goes to."""
 
     source: str
+    key: str
+    asked: tuple[str, int] | None
 
 
 DurableStep = Durably | LoadThere | Relearn | Pause
@@ -242,10 +249,10 @@ def durable_rounds(
     loads = 0
     while True:
         reply, ack = yield Durably((scripts.command(op), wait), key, asked)
-        asked = None
+        went, asked = asked, None
         if scripts.missing(reply) and isinstance(op, Eval) and loads < 2:
             loads += 1  # the server restarted or failed over
-            yield LoadThere(scripts.sources[op.script])
+            yield LoadThere(scripts.sources[op.script], key, went)
         elif cluster and isinstance(reply, MovedError):
             yield Pause(moves.wait(reply, key))
             yield Relearn(reply)
@@ -267,56 +274,39 @@ def durable_rounds(
             return reply
 
 
-def run(
-    flow: Generator[Step, Any, list[Any]],
-    send: Callable[[Pipeline], list[Any]],
-    load: Callable[[str], Any],
-    pause: Callable[[float], Any],
-    relearn: Callable[[Relearn], Any],
-) -> list[Any]:
-    """Drive ``rounds`` with a sync shell's four verbs."""
-    reply: Any = None
-    while True:
-        try:
-            step = flow.send(reply)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
-        reply = None
-        if isinstance(step, Pipeline):
-            reply = send(step)
-        elif isinstance(step, LoadScripts):
-            for source in step.sources:
-                load(source)
-        elif isinstance(step, Relearn):
-            relearn(step)
-        else:
-            pause(step.seconds)
+Verbs = Mapping[type, Callable[[Any], Any]]
 
 
-async def arun(
-    flow: Generator[Step, Any, list[Any]],
-    send: Callable[[Pipeline], Awaitable[list[Any]]],
-    load: Callable[[str], Awaitable[Any]],
-    pause: Callable[[float], Awaitable[Any]],
-    relearn: Callable[[Relearn], Awaitable[Any]],
-) -> list[Any]:
-    """Drive ``rounds`` with an asyncio shell's four verbs."""
+def run(flow: Generator[Any, Any, R], verbs: Verbs) -> R:
+    """Drive a core flow with a sync shell's verbs: each step done by ``verbs[type(step)]``
+    and its result sent back; an error the verb raised is thrown back in, where the core
+    decides (a lost connection is sent again, anything else raised as it is)."""
     reply: Any = None
+    error: Exception | None = None
     while True:
         try:
-            step = flow.send(reply)
+            step = flow.send(reply) if error is None else flow.throw(error)
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
-        reply = None
-        if isinstance(step, Pipeline):
-            reply = await send(step)
-        elif isinstance(step, LoadScripts):
-            for source in step.sources:
-                await load(source)
-        elif isinstance(step, Relearn):
-            await relearn(step)
-        else:
-            await pause(step.seconds)
+        try:
+            reply, error = verbs[type(step)](step), None
+        except Exception as exc:
+            reply, error = None, exc
+
+
+async def arun(flow: Generator[Any, Any, R], verbs: Verbs) -> R:
+    """``run`` with an asyncio shell's verbs (each returns an awaitable)."""
+    reply: Any = None
+    error: Exception | None = None
+    while True:
+        try:
+            step = flow.send(reply) if error is None else flow.throw(error)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        try:
+            reply, error = await verbs[type(step)](step), None
+        except Exception as exc:
+            reply, error = None, exc
 
 
 def raise_translated(exc: Exception) -> NoReturn:

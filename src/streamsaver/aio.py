@@ -6,6 +6,7 @@ import asyncio
 import builtins
 from collections.abc import AsyncIterator, Coroutine, Iterable, Iterator, Sequence
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any, TextIO
 
 import redis.asyncio as aredis
@@ -22,7 +23,6 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.exceptions import (
     ClusterError,
     ResponseError,
-    TryAgainError,
 )
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -49,9 +49,10 @@ from ._errors import (
     InvalidUsageError,
     connect_error,
 )
-from ._flow import Call, Each, Eval, Flow, Pause, ScanLogs, Step, T, adrive, aiterate
+from ._exchange import ScanNode, Views, exchange
+from ._flow import Call, Eval, Flow, Pause, Step, T, adrive, aiterate
 from ._history import delta_channel_history
-from ._moves import DEFAULT_SLOT_MOVE_TIMEOUT_S, Moves, is_moving, scan_plan
+from ._moves import DEFAULT_SLOT_MOVE_TIMEOUT_S, Moves
 from ._ops import DEFAULT_SLICE_MS, DEFAULT_SLICE_PAUSE, Replay
 from ._pipelining import AutoPipeline
 from ._sending import arelearn, asend_pipeline
@@ -65,17 +66,14 @@ from ._tail import (
     ThreadTail,
 )
 from ._transport import (
-    Command,
     Durably,
+    LoadScripts,
     LoadThere,
     Pipeline,
     Relearn,
+    Verbs,
     arun,
-    durable_rounds,
-    key_of,
     only,
-    raise_translated,
-    rounds,
     what,
 )
 from .events import FeedCursor, ProjectorLag, SkippedEvent, ThreadDeletion, ThreadEvent, ThreadInfo
@@ -143,8 +141,19 @@ class AsyncRedisStreamSaver(StreamSaverBase):
         self._ops.read_config = config_readable(client)
         # concurrent calls share one connection's writes (_pipelining.py); a cluster client
         # routes each command to its slot's node itself
-        self._autopipe = None if isinstance(client, AsyncRedisCluster) else AutoPipeline.of(client)
-        self._projections.cluster = isinstance(client, AsyncRedisCluster)
+        self._cluster = self._projections.cluster = isinstance(client, AsyncRedisCluster)
+        self._autopipe = None if self._cluster else AutoPipeline.of(client)
+        self._durable = self.durability.command() is not None
+        self._verbs: Verbs = {
+            Pipeline: self._send,
+            LoadScripts: self._load,
+            Relearn: partial(arelearn, client),
+            Pause: lambda step: asyncio.sleep(step.seconds),
+            Durably: self._durably,
+            LoadThere: self._load_there,
+            ScanNode: self._scan_node,
+            Views: self._views,
+        }
         self.server_version: tuple[int, ...] | None = None
         try:
             self.loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
@@ -233,44 +242,34 @@ class AsyncRedisStreamSaver(StreamSaverBase):
     async def _execute(self, op: Step) -> Any:
         if isinstance(op, Pause):
             return await asyncio.sleep(op.seconds)
-        moves = Moves(self.slot_move_timeout_s, what(op))
-        cluster, stale = isinstance(self.client, AsyncRedisCluster), False
-        while True:
+        first: builtins.list[Any] | Exception | None = None
+        if (type(op) is Eval or type(op) is Call) and not (op.write and self._durable):
+            # the hot path: the command sent as the core's first round would send it, and
+            # done when nothing came back that the core must act on
+            commands = (self._seam.command(op),)
+            kept = None if self._autopipe is None else self._autopipe.submit(commands)
             try:
-                if stale:
-                    await self._relearn(Relearn(None))
-                    stale = False
-                if isinstance(op, Each):
-                    return await self._rounds(op.ops, moves)
-                if isinstance(op, ScanLogs):
-                    return await self._scan_logs(op, moves)
-                wait = self.durability.command() if op.write else None
-                if wait is not None:
-                    return await self._execute_durably(op, wait, moves)
-                return only(await self._rounds((op,), moves))
-            except (ResponseError, ClusterError) as exc:
-                if not is_moving(exc):
-                    raise_translated(exc)
-                await asyncio.sleep(moves.wait(exc, key_of(op)))
+                first = await (self._send(Pipeline(commands)) if kept is None else kept)
             except LOST as exc:
-                await asyncio.sleep(moves.after_lost(exc, cluster))
-                stale = True
+                # a kept connection lost: the core sends again under the client's retry
+                # policy; anything else has had that policy already
+                first = None if kept is not None else exc
+            else:
+                if not isinstance(first[0], Exception):
+                    return first[0]
+        moves = Moves(self.slot_move_timeout_s, what(op))
+        flow = exchange(op, self._seam, self.durability, moves, self._cluster, first)
+        return await arun(flow, self._verbs)
 
-    async def _rounds(self, ops: Sequence[Eval | Call], moves: Moves) -> builtins.list[Any]:
-        flow = rounds(ops, self._seam, moves)
-        return await arun(flow, self._send, self._load, asyncio.sleep, self._relearn)
-
-    async def _relearn(self, step: Relearn) -> None:
-        await arelearn(self.client, step)
-
-    async def _load(self, source: str) -> None:
-        if self._autopipe is None:
-            client: Any = self.client  # a cluster client loads it on every primary
-            await client.script_load(source)
-            return
-        # on the shared connection too: calls that all met a fresh server must not each
-        # take a connection of their own to load the script
-        only(await self._autopipe.send([("SCRIPT", "LOAD", source)]))
+    async def _load(self, step: LoadScripts) -> None:
+        for source in step.sources:
+            if self._autopipe is None:
+                client: Any = self.client  # a cluster client loads it on every primary
+                await client.script_load(source)
+            else:
+                # on the shared connection too: calls that all met a fresh server must not
+                # each take a connection of their own to load the script
+                only(await self._autopipe.send([("SCRIPT", "LOAD", source)]))
 
     async def _send(self, step: Pipeline) -> builtins.list[Any]:
         commands = step.commands
@@ -284,81 +283,64 @@ class AsyncRedisStreamSaver(StreamSaverBase):
                 return [exc]
         return await asend_pipeline(self.client, step)
 
-    async def _scan_logs(self, op: ScanLogs, moves: Moves) -> builtins.list[Any]:
+    async def _scan_node(self, step: ScanNode) -> tuple[int, builtins.list[Any]]:
         # redis-py leaves these untyped; Any keeps mypy from flagging every call
         client: Any = self.client
-        if not isinstance(self.client, AsyncRedisCluster):
-            scan = client.scan_iter(match=op.pattern, count=1000, _type="STREAM")
-            return [key async for key in scan]
-        # node by node, in the order scan_plan gives, again if the layout changed meanwhile
-        found: set[Any] = set()
-        while True:
-            order, layout = scan_plan(await self._views())
-            for name in order:
-                node = client.get_node(node_name=name)
-                if node is None:  # a node the client has not heard of yet
-                    await client.nodes_manager.initialize()
-                    node = client.get_node(node_name=name)
-                cursor = None
-                while cursor != 0:
-                    cursors, keys = await client.scan(
-                        cursor or 0, match=op.pattern, count=1000, _type="STREAM", target_nodes=node
-                    )
-                    found.update(keys)
-                    cursor = next(iter(cursors.values()))
-            if scan_plan(await self._views())[1] == layout:
-                return builtins.list(found)
+        if step.node is None:
+            return await client.scan(step.cursor, match=step.pattern, count=1000, _type="STREAM")  # type: ignore[no-any-return]
+        node = client.get_node(node_name=step.node)
+        if node is None:  # a node the client has not heard of yet
             await client.nodes_manager.initialize()
-            moved = TryAgainError(f"the cluster layout changed during a SCAN for {op.pattern!r}")
-            await asyncio.sleep(moves.wait(moved))
+            node = client.get_node(node_name=step.node)
+        cursors, keys = await client.scan(
+            step.cursor, match=step.pattern, count=1000, _type="STREAM", target_nodes=node
+        )
+        return next(iter(cursors.values())), keys
 
-    async def _views(self) -> dict[str, Any]:
-        """Each primary's CLUSTER NODES (scan_plan)."""
+    async def _views(self, step: Views) -> dict[str, Any]:
         client: Any = self.client
         return {
             node.name: await client.execute_command("CLUSTER NODES", target_nodes=node)
             for node in client.get_primaries()
         }
 
-    async def _execute_durably(self, op: Eval | Call, wait: Command, moves: Moves) -> Any:
-        # On a cluster both commands name the key's primary as their target: the pipeline
-        # sends a node's commands together, in order, on one of its connections.
-        # redis-py leaves the cluster pipeline untyped; Any keeps mypy from flagging each call
+    async def _node(self, key: str, asked: tuple[str, int] | None) -> dict[str, Any]:
+        """Where a durable write goes, as redis-py's ``target_nodes``: the node ``asked`` names
+        (an ``ASK``), else ``key``'s primary; nothing on a standalone server."""
+        # redis-py leaves these untyped; Any keeps mypy from flagging every call
         client: Any = self.client
-        cluster = isinstance(client, AsyncRedisCluster)
-        flow = durable_rounds(op, self._seam, self.durability, wait, moves, cluster)
-        to: dict[str, Any] = {}
-        reply: Any = None
-        while True:
-            try:
-                step = flow.send(reply)
-            except StopIteration as done:
-                return done.value
-            reply = None
-            if isinstance(step, Durably):
-                asked = None
-                if cluster:
-                    await client.initialize()
-                    asked = step.asked and client.get_node(*step.asked)
-                    if step.asked and asked is None:  # a node the client has not heard of yet
-                        await client.nodes_manager.initialize()
-                    to = {"target_nodes": asked or client.get_node_from_key(step.key)}
-                pipe = client.pipeline() if cluster else client.pipeline(transaction=False)
-                if asked:
-                    pipe.execute_command("ASKING", **to)
-                for command in step.commands:
-                    pipe.execute_command(*command, **to)
-                if cluster:
-                    replies = await pipe.execute(raise_on_error=False, allow_redirections=False)
-                else:
-                    replies = await pipe.execute(raise_on_error=False)
-                reply = replies[-2:]
-            elif isinstance(step, LoadThere):
-                await client.execute_command("SCRIPT", "LOAD", step.source, **to)
-            elif isinstance(step, Relearn):
-                await arelearn(client, step)
-            else:
-                await asyncio.sleep(step.seconds)
+        if not self._cluster:
+            return {}
+        await client.initialize()
+        node = asked and client.get_node(*asked)
+        if asked and node is None:  # a node the client has not heard of yet
+            await client.nodes_manager.initialize()
+        return {"target_nodes": node or client.get_node_from_key(key), "asking": bool(node)}
+
+    async def _durably(self, step: Durably) -> builtins.list[Any]:
+        # a WAIT counts its own connection's writes: on a cluster both commands name the
+        # key's primary as their target, and the pipeline sends a node's commands together,
+        # in order, on one of its connections
+        client: Any = self.client
+        to = await self._node(step.key, step.asked)
+        if not self._cluster:
+            pipe = client.pipeline(transaction=False)
+            for command in step.commands:
+                pipe.execute_command(*command)
+            return (await pipe.execute(raise_on_error=False))[-2:]  # type: ignore[no-any-return]
+        asking = to.pop("asking")
+        pipe = client.pipeline()
+        if asking:
+            pipe.execute_command("ASKING", **to)
+        for command in step.commands:
+            pipe.execute_command(*command, **to)
+        replies = await pipe.execute(raise_on_error=False, allow_redirections=False)
+        return replies[-2:]  # type: ignore[no-any-return]
+
+    async def _load_there(self, step: LoadThere) -> None:
+        to = await self._node(step.key, step.asked)
+        to.pop("asking", None)
+        await self.client.execute_command("SCRIPT", "LOAD", step.source, **to)
 
     async def _run(self, flow: Flow[T]) -> T:
         if self.server_version is None:

@@ -7,6 +7,7 @@ import builtins
 import time
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from functools import partial
 from typing import Any, TextIO
 
 import redis
@@ -23,7 +24,6 @@ from redis.cluster import RedisCluster
 from redis.exceptions import (
     ClusterError,
     ResponseError,
-    TryAgainError,
 )
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -46,10 +46,11 @@ from ._chain import ChainCheck
 from ._connection import HeldConnection
 from ._durability import DurabilityMode
 from ._errors import LOST, InvalidInputError, connect_error
-from ._flow import Call, Each, Eval, Flow, Pause, ScanLogs, Step, T, drive, iterate
+from ._exchange import ScanNode, Views, exchange
+from ._flow import Call, Eval, Flow, Pause, Step, T, drive, iterate
 from ._history import delta_channel_history
 from ._migrate import Migrated, migrate_keys, reindex_threads
-from ._moves import DEFAULT_SLOT_MOVE_TIMEOUT_S, Moves, is_moving, scan_plan
+from ._moves import DEFAULT_SLOT_MOVE_TIMEOUT_S, Moves
 from ._ops import DEFAULT_SLICE_MS, DEFAULT_SLICE_PAUSE, Replay
 from ._projection import Applied
 from ._scripts import SOURCES
@@ -64,16 +65,12 @@ from ._tail import (
     ThreadTail,
 )
 from ._transport import (
-    Command,
     Durably,
+    LoadScripts,
     LoadThere,
     Pipeline,
     Relearn,
-    durable_rounds,
-    key_of,
-    only,
-    raise_translated,
-    rounds,
+    Verbs,
     run,
     what,
 )
@@ -145,8 +142,19 @@ class RedisStreamSaver(StreamSaverBase):
         # redis-py's Script objects, for a caller that pipelines scripts itself (a benchmark's
         # bulk fill); the saver sends through _transport's Scripts
         self._scripts = {name: client.register_script(src) for name, src in SOURCES.items()}
-        self._projections.cluster = isinstance(client, RedisCluster)
+        self._cluster = self._projections.cluster = isinstance(client, RedisCluster)
+        self._durable = self.durability.command() is not None
         self._held = HeldConnection.of(client)
+        self._verbs: Verbs = {
+            Pipeline: self._send,
+            LoadScripts: self._load,
+            Relearn: partial(relearn, client),
+            Pause: lambda step: time.sleep(step.seconds),
+            Durably: self._durably,
+            LoadThere: self._load_there,
+            ScanNode: self._scan_node,
+            Views: self._views,
+        }
         self.server_version: tuple[int, ...] | None = None
 
     @classmethod
@@ -234,36 +242,20 @@ class RedisStreamSaver(StreamSaverBase):
     def _execute(self, op: Step) -> Any:
         if isinstance(op, Pause):
             return time.sleep(op.seconds)
-        moves = Moves(self.slot_move_timeout_s, what(op))
-        cluster, stale = isinstance(self.client, RedisCluster), False
-        while True:
+        first: builtins.list[Any] | Exception | None = None
+        if (type(op) is Eval or type(op) is Call) and not (op.write and self._durable):
+            # the hot path: the command sent as the core's first round would send it, and
+            # done when nothing came back that the core must act on
             try:
-                if stale:
-                    self._relearn(Relearn(None))
-                    stale = False
-                if isinstance(op, Each):
-                    return self._rounds(op.ops, moves)
-                if isinstance(op, ScanLogs):
-                    return self._scan_logs(op, moves)
-                wait = self.durability.command() if op.write else None
-                if wait is not None:
-                    return self._execute_durably(op, wait, moves)
-                return only(self._rounds((op,), moves))
-            except (ResponseError, ClusterError) as exc:
-                if not is_moving(exc):
-                    raise_translated(exc)
-                time.sleep(moves.wait(exc, key_of(op)))
+                first = self._send(Pipeline((self._seam.command(op),)))
             except LOST as exc:
-                time.sleep(moves.after_lost(exc, cluster))
-                stale = True
-
-    def _rounds(self, ops: Sequence[Eval | Call], moves: Moves) -> builtins.list[Any]:
-        client: Any = self.client
-        flow = rounds(ops, self._seam, moves)
-        return run(flow, self._send, client.script_load, time.sleep, self._relearn)
-
-    def _relearn(self, step: Relearn) -> None:
-        relearn(self.client, step)
+                first = exc
+            else:
+                if not isinstance(first[0], Exception):
+                    return first[0]
+        moves = Moves(self.slot_move_timeout_s, what(op))
+        flow = exchange(op, self._seam, self.durability, moves, self._cluster, first)
+        return run(flow, self._verbs)
 
     def _send(self, step: Pipeline) -> builtins.list[Any]:
         commands = step.commands
@@ -279,71 +271,57 @@ class RedisStreamSaver(StreamSaverBase):
                 return [exc]
         return send_pipeline(self.client, step)
 
-    def _scan_logs(self, op: ScanLogs, moves: Moves) -> builtins.list[Any]:
+    def _load(self, step: LoadScripts) -> None:
+        client: Any = self.client  # a cluster client loads it on every primary
+        for source in step.sources:
+            client.script_load(source)
+
+    def _scan_node(self, step: ScanNode) -> tuple[int, builtins.list[Any]]:
         # redis-py leaves these untyped; Any keeps mypy from flagging every call
         client: Any = self.client
-        if not isinstance(self.client, RedisCluster):
-            return list(client.scan_iter(match=op.pattern, count=1000, _type="STREAM"))
-        # node by node, in the order scan_plan gives, again if the layout changed meanwhile
-        found: set[Any] = set()
-        while True:
-            order, layout = scan_plan(self._views())
-            for name in order:
-                node = client.get_node(node_name=name)
-                if node is None:  # a node the client has not heard of yet
-                    client.nodes_manager.initialize()
-                    node = client.get_node(node_name=name)
-                cursor = None
-                while cursor != 0:
-                    cursors, keys = client.scan(
-                        cursor or 0, match=op.pattern, count=1000, _type="STREAM", target_nodes=node
-                    )
-                    found.update(keys)
-                    cursor = next(iter(cursors.values()))
-            if scan_plan(self._views())[1] == layout:
-                return builtins.list(found)
+        if step.node is None:
+            return client.scan(step.cursor, match=step.pattern, count=1000, _type="STREAM")  # type: ignore[no-any-return]
+        node = client.get_node(node_name=step.node)
+        if node is None:  # a node the client has not heard of yet
             client.nodes_manager.initialize()
-            moved = TryAgainError(f"the cluster layout changed during a SCAN for {op.pattern!r}")
-            time.sleep(moves.wait(moved))
+            node = client.get_node(node_name=step.node)
+        cursors, keys = client.scan(
+            step.cursor, match=step.pattern, count=1000, _type="STREAM", target_nodes=node
+        )
+        return next(iter(cursors.values())), keys
 
-    def _views(self) -> dict[str, Any]:
-        """Each primary's CLUSTER NODES (scan_plan)."""
+    def _views(self, step: Views) -> dict[str, Any]:
         client: Any = self.client
         return {
             node.name: client.execute_command("CLUSTER NODES", target_nodes=node)
             for node in client.get_primaries()
         }
 
-    def _execute_durably(self, op: Eval | Call, wait: Command, moves: Moves) -> Any:
+    def _node(self, key: str, asked: tuple[str, int] | None) -> tuple[Any, bool]:
+        """The client to send a durable write to, and whether it is the node ``asked`` names
+        (an ``ASK``: ``ASKING`` first); else ``key``'s primary, or the client itself on a
+        standalone server."""
         # redis-py leaves these untyped; Any keeps mypy from flagging every call
         client: Any = self.client
-        cluster = isinstance(self.client, RedisCluster)
-        flow = durable_rounds(op, self._seam, self.durability, wait, moves, cluster)
-        node, reply = client, None
-        while True:
-            try:
-                step = flow.send(reply)
-            except StopIteration as done:
-                return done.value
-            reply = None
-            if isinstance(step, Durably):
-                asked = step.asked and client.get_node(host=step.asked[0], port=step.asked[1])
-                if step.asked and asked is None:  # a node the client has not heard of yet
-                    client.nodes_manager.initialize()
-                if cluster:
-                    node = client.get_redis_connection(asked or client.get_node_from_key(step.key))
-                pipe = node.pipeline(transaction=False)
-                if asked:
-                    pipe.execute_command("ASKING")
-                for command in step.commands:
-                    pipe.execute_command(*command)
-                reply = pipe.execute(raise_on_error=False)[-2:]
-            elif isinstance(step, LoadThere):
-                node.script_load(step.source)
-            elif isinstance(step, Relearn):
-                relearn(client, step)
-            else:
-                time.sleep(step.seconds)
+        if not self._cluster:
+            return client, False
+        node = asked and client.get_node(host=asked[0], port=asked[1])
+        if asked and node is None:  # a node the client has not heard of yet
+            client.nodes_manager.initialize()
+        return client.get_redis_connection(node or client.get_node_from_key(key)), bool(node)
+
+    def _durably(self, step: Durably) -> builtins.list[Any]:
+        # a WAIT counts its own connection's writes: both in one pipeline, to one node
+        node, asked = self._node(step.key, step.asked)
+        pipe = node.pipeline(transaction=False)
+        if asked:
+            pipe.execute_command("ASKING")
+        for command in step.commands:
+            pipe.execute_command(*command)
+        return pipe.execute(raise_on_error=False)[-2:]  # type: ignore[no-any-return]
+
+    def _load_there(self, step: LoadThere) -> None:
+        self._node(step.key, step.asked)[0].script_load(step.source)
 
     def _run(self, flow: Flow[T]) -> T:
         if self.server_version is None:

@@ -33,6 +33,7 @@ from collections.abc import (
     Iterator,
     Sequence,
 )
+from functools import partial
 from types import TracebackType
 from typing import Any, Generic, Protocol, TypeVar
 from uuid import uuid4
@@ -44,6 +45,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ._errors import LOST, unavailable
+from ._exchange import resending
 from ._flow import Call, Eval
 from ._moves import Moves, is_demoted
 from ._resp import packed
@@ -61,7 +63,18 @@ from ._tail import (
     ThreadTail,
     script_source,
 )
-from ._transport import Pipeline, Relearn, Scripts, Step, arun, rounds, run
+from ._transport import (
+    LoadScripts,
+    Pause,
+    Pipeline,
+    Relearn,
+    Scripts,
+    Step,
+    Verbs,
+    arun,
+    rounds,
+    run,
+)
 from .events import Delivery, FeedCursor, ThreadEvent
 
 __all__ = [
@@ -99,11 +112,20 @@ def _ops(calls: Sequence[Command | ScriptCall]) -> list[Eval | Call]:
     ]
 
 
-def _flow(op: Batch, scripts: Scripts, moves: Moves) -> Generator[Step, Any, list[Any]]:
+def _flow(
+    op: Batch, scripts: Scripts, move_timeout_s: float, cluster: bool
+) -> Generator[Step, Any, list[Any]]:
     """A batch's rounds: replies as the server gave them, for the reader core to judge, and
-    a slot that never settled reported as each stopped call's reply, not raised. ``moves``:
-    the batch's one deadline, for its slot moves and its lost connections alike."""
-    return rounds(_ops(op.calls), scripts, moves, translate_errors=False, give_up_as_value=True)
+    a slot that never settled reported as each stopped call's reply, not raised; sent again
+    after a lost connection (``resending``), within the batch's one deadline for its slot
+    moves and its lost connections alike."""
+    moves = Moves(move_timeout_s, "a tail's pipelined read")
+
+    def attempt() -> Generator[Step, Any, list[Any]]:
+        ops = _ops(op.calls)
+        return rounds(ops, scripts, moves, translate_errors=False, give_up_as_value=True)
+
+    return resending(attempt, moves, cluster, None, translate_errors=False)
 
 
 def _unblocked(args: Command) -> Command:
@@ -141,6 +163,13 @@ class _SyncIO:
         self.stopped = threading.Event()
         self.lock = threading.Lock()
         self.blocked: _Dedicated | None = None
+        # a pause ends at stop()
+        self.verbs: Verbs = {
+            Pipeline: partial(send_pipeline, self.client),
+            LoadScripts: self._load,
+            Relearn: partial(relearn, self.client),
+            Pause: lambda step: self.stopped.wait(step.seconds),
+        }
 
     def execute(self, op: TailOp) -> Any:
         if isinstance(op, Batch):
@@ -151,25 +180,11 @@ class _SyncIO:
         return None
 
     def batch(self, op: Batch) -> list[Any]:
-        moves, stale = Moves(self.move_timeout_s, "a tail's pipelined read"), False
-        while True:
-            flow = _flow(op, self.scripts, moves)
-            try:
-                if stale:
-                    self._relearn(Relearn(None))
-                    stale = False
-                load = self.client.script_load
-                return run(flow, self._send, load, self.stopped.wait, self._relearn)
-            except LOST as exc:
-                # the saver's _execute: a cluster's lost connection is sent again, in time
-                self.stopped.wait(moves.after_lost(exc, self.cluster))
-                stale = True
+        return run(_flow(op, self.scripts, self.move_timeout_s, self.cluster), self.verbs)
 
-    def _send(self, step: Pipeline) -> list[Any]:
-        return send_pipeline(self.client, step)
-
-    def _relearn(self, step: Relearn) -> None:
-        relearn(self.client, step)
+    def _load(self, step: LoadScripts) -> None:
+        for source in step.sources:
+            self.client.script_load(source)
 
     def _connection(self, key: str | None) -> _Dedicated:
         if self.cluster:
@@ -555,6 +570,12 @@ class _AsyncIO:
         self.dedicated: dict[str, _Dedicated] = {}
         self.stopped = threading.Event()
         self.blocked: _Dedicated | None = None
+        self.verbs: Verbs = {
+            Pipeline: partial(asend_pipeline, self.client),
+            LoadScripts: self._load,
+            Relearn: partial(arelearn, self.client),
+            Pause: lambda step: self._nap(step.seconds),
+        }
         self.wake: asyncio.Event | None = None
 
     async def execute(self, op: TailOp) -> Any:
@@ -570,24 +591,11 @@ class _AsyncIO:
         return reply
 
     async def batch(self, op: Batch) -> list[Any]:
-        moves, stale = Moves(self.move_timeout_s, "a tail's pipelined read"), False
-        while True:
-            flow = _flow(op, self.scripts, moves)
-            try:
-                if stale:
-                    await self._relearn(Relearn(None))
-                    stale = False
-                load = self.client.script_load
-                return await arun(flow, self._send, load, self._nap, self._relearn)
-            except LOST as exc:
-                await self._nap(moves.after_lost(exc, self.cluster))
-                stale = True
+        return await arun(_flow(op, self.scripts, self.move_timeout_s, self.cluster), self.verbs)
 
-    async def _send(self, step: Pipeline) -> list[Any]:
-        return await asend_pipeline(self.client, step)
-
-    async def _relearn(self, step: Relearn) -> None:
-        await arelearn(self.client, step)
+    async def _load(self, step: LoadScripts) -> None:
+        for source in step.sources:
+            await self.client.script_load(source)
 
     async def _nap(self, seconds: float) -> None:
         deadline = time.monotonic() + seconds
