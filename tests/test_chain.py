@@ -6,10 +6,12 @@ from typing import Any
 
 import pytest
 import redis
+from hypothesis import given
+from hypothesis import strategies as st
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
 
 from streamsaver import RedisStreamSaver
-from streamsaver._chain import chain_digest, content_digest
+from streamsaver._chain import chain_digest, content_digest, written_digest
 from streamsaver._keys import thread_keys
 from streamsaver.events import ThreadEvent
 
@@ -200,6 +202,15 @@ def test_tail_and_history_show_what_a_prune_removed(sync_saver: RedisStreamSaver
     assert sync_saver.rebuild("t").skipped == 0
 
 
+@given(st.lists(st.tuples(st.binary(max_size=40), st.binary(max_size=300)), max_size=30))
+def test_the_writers_digest_is_the_verifiers(fields: list[tuple[bytes, bytes]]) -> None:
+    """One definition: what a writer sends as ch is what a verifier recomputes from the
+    stored fields (a name of ch or dg is the chain's own, never digested)."""
+    fields = [(name, value) for name, value in fields if name not in (b"ch", b"dg")]
+    flat = [part for pair in fields for part in pair]
+    assert written_digest(flat) == content_digest(fields)
+
+
 def test_the_writer_sends_ch_and_a_false_one_is_named(
     sync_saver: RedisStreamSaver, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -209,11 +220,11 @@ def test_the_writer_sends_ch_and_a_false_one_is_named(
     assert sync_saver.verify_chain("t").ok
     calls = iter(range(1000))
 
-    def lying(pairs: Any) -> str:
+    def lying(flat: Any) -> str:
         # the second event appended from here on claims the digest of other fields
-        return content_digest([(b"k", b"forged")] if next(calls) == 1 else pairs)
+        return written_digest([b"k", b"forged"] if next(calls) == 1 else flat)
 
-    monkeypatch.setattr("streamsaver._ops.content_digest", lying)
+    monkeypatch.setattr("streamsaver._ops.written_digest", lying)
     _run(sync_saver, "t", steps=2)
     entries = _entries(redis_client, sync_saver, "t")
     problem = sync_saver.verify_chain("t").problem

@@ -339,6 +339,31 @@ def test_metadata_that_cannot_be_filtered_is_refused(sync_saver: RedisStreamSave
 
 
 @pytest.mark.parametrize(
+    ("metadata", "match"),
+    [
+        ({"a": [1, {"b": b"x"}]}, r"metadata value at metadata\['a'\]\[1\]\['b'\] is a bytes"),
+        ({"a": {1: "x"}}, r"metadata key 1 at metadata\['a'\] must be a string"),
+        ({"a": ["\ud800"]}, r"metadata string .* at metadata\['a'\]\[0\] holds a lone surrogate"),
+        ({"a": {"\ud800": 1}}, r"metadata key .* at metadata\['a'\] holds a lone surrogate"),
+        (
+            {"a": (0, 2**64)},
+            r"metadata value at metadata\['a'\]\[1\] is the integer 18446744073709551616, beyond",
+        ),
+    ],
+)
+def test_bad_metadata_is_named_by_its_path_and_writes_nothing(
+    sync_saver: RedisStreamSaver,
+    redis_client: redis.Redis,
+    metadata: dict[str, Any],
+    match: str,
+) -> None:
+    before = _all_keys(redis_client, sync_saver.prefix)
+    with pytest.raises(InvalidInputError, match=match):
+        _put(sync_saver, "t", **metadata)
+    assert _all_keys(redis_client, sync_saver.prefix) == before
+
+
+@pytest.mark.parametrize(
     ("call", "match"),
     [
         (lambda s: s.prune(["t"], strategy="keep_some"), "keep_latest"),

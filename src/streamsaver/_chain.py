@@ -28,6 +28,7 @@ __all__ = [
     "Pairs",
     "chain_digest",
     "content_digest",
+    "written_digest",
 ]
 
 CHAIN_FIELDS = (b"ch", b"dg")
@@ -42,6 +43,18 @@ def content_digest(fields: Pairs) -> str:
             b"%d:%s%d:%s" % (len(name), name, len(value), value)
             for name, value in fields
             if name not in CHAIN_FIELDS
+        ]
+    )
+    return hashlib.sha1(content, usedforsecurity=False).hexdigest()
+
+
+def written_digest(flat: Sequence[bytes]) -> str:
+    """``content_digest`` of an event about to be written: its fields flat, names and values
+    alternating, without ``ch``/``dg`` yet (every put and put_writes computes it)."""
+    content = b"".join(
+        [
+            b"%d:%s%d:%s" % (len(name), name, len(value), value)
+            for name, value in zip(flat[::2], flat[1::2], strict=True)
         ]
     )
     return hashlib.sha1(content, usedforsecurity=False).hexdigest()

@@ -81,6 +81,17 @@ _TWO64 = 2**64
 _NEVER = "~"
 
 
+def _path(at: tuple[object, ...]) -> str:
+    return str(at[0]) + "".join(f"[{step!r}]" for step in at[1:])
+
+
+def _check_text_at(text: str, what: str, at: tuple[object, ...]) -> None:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        _check_text(text, what, _path(at))
+
+
 def _check_text(text: str, what: str, path: str) -> None:
     try:
         text.encode()
@@ -95,29 +106,47 @@ def _check_metadata(value: object, path: str, *, stored: bool = True) -> None:
     """``stored``: metadata to put, whose ints must fit in msgpack's 64 bits; a filter's may
     be any size (metadata_form())."""
     # Metadata is stored as plain msgpack so list(filter=...) can compare it inside Redis.
+    _check_metadata_at(value, (path,), stored)
+
+
+def _check_metadata_at(value: object, at: tuple[object, ...], stored: bool) -> None:
+    """``at``: the path's root name, then each key and index below it; made into text only
+    for an error (every put checks its metadata, every key of it)."""
+    kind = type(value)
+    if kind is str:
+        _check_text_at(value, "metadata string", at)  # type: ignore[arg-type]
+        return
+    if kind is dict:
+        for k, item in value.items():  # type: ignore[attr-defined]
+            if not isinstance(k, str):
+                raise InvalidInputError(f"metadata key {k!r} at {_path(at)} must be a string")
+            _check_text_at(k, "metadata key", at)
+            _check_metadata_at(item, (*at, k), stored)
+        return
     if isinstance(value, str):
-        _check_text(value, "metadata string", path)
+        _check_text_at(value, "metadata string", at)
         return
     if isinstance(value, int) and not isinstance(value, bool):
         if stored and not _INT_MIN <= value <= _INT_MAX:
             raise InvalidInputError(
-                f"metadata value at {path} is the integer {value}, beyond the 64 bits msgpack "
-                f"stores ({_INT_MIN} to {_INT_MAX}); store it as a string"
+                f"metadata value at {_path(at)} is the integer {value}, beyond the 64 bits "
+                f"msgpack stores ({_INT_MIN} to {_INT_MAX}); store it as a string"
             )
         return
     if isinstance(value, _JSON_SCALARS):
         return
     if isinstance(value, (list, tuple)):
         for i, item in enumerate(value):
-            _check_metadata(item, f"{path}[{i}]", stored=stored)
+            _check_metadata_at(item, (*at, i), stored)
         return
     if isinstance(value, Mapping):
         for k, item in value.items():
             if not isinstance(k, str):
-                raise InvalidInputError(f"metadata key {k!r} at {path} must be a string")
-            _check_text(k, "metadata key", path)
-            _check_metadata(item, f"{path}[{k!r}]", stored=stored)
+                raise InvalidInputError(f"metadata key {k!r} at {_path(at)} must be a string")
+            _check_text_at(k, "metadata key", at)
+            _check_metadata_at(item, (*at, k), stored)
         return
+    path = _path(at)
     raise InvalidInputError(
         f"metadata value at {path} is a {type(value).__name__} ({value!r}); metadata holds "
         f"JSON-like values (str, int, float, bool, None, lists, dicts) so it can be filtered; "

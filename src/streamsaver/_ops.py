@@ -31,7 +31,7 @@ from langgraph.checkpoint.base import (
 )
 from redis.exceptions import NoPermissionError, OutOfMemoryError
 
-from ._chain import CHAIN_FIELDS, content_digest
+from ._chain import CHAIN_FIELDS, written_digest
 from ._codec import _SHARED, CheckpointEvent, Codec, Field, Held, _check_metadata, metadata_form
 from ._config import _configurable, before_id, make_config, target_of, thread_id_str
 from ._delta import DeltaCache, Known, Written
@@ -236,7 +236,7 @@ class Operations:
         # sent as the bytes digested, whatever encoding a user's client would give a str
         raw = [f.encode() if isinstance(f, str) else f for f in fields]
         # the event's ch, so the server only links it (lua/common.lua's append_event())
-        chain = f"chain {content_digest(_pairs(raw))}" if self.chain else ""
+        chain = f"chain {written_digest(raw)}" if self.chain else ""
         return (self.feed_maxlen, chain, bases, fence, self.ttl_ms, self.keep_last, *raw)
 
     def keys(self, thread_id: str) -> ThreadKeys:
@@ -1050,11 +1050,6 @@ def _shared_event(raw: bytes) -> str | None:
 
 def _is_value(name: bytes) -> bool:
     return name[:1] == b"b" and name[1:].isdigit()
-
-
-def _pairs(raw: Sequence[bytes]) -> list[tuple[bytes, bytes]]:
-    """Flat fields as (name, value) pairs."""
-    return list(zip(raw[::2], raw[1::2], strict=True))
 
 
 def _bases(event: CheckpointEvent) -> bytes | str:

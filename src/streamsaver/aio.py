@@ -345,7 +345,13 @@ class AsyncRedisStreamSaver(StreamSaverBase):
     async def _run(self, flow: Flow[T]) -> T:
         if self.server_version is None:
             await self.asetup()
-        return await adrive(flow, self._execute)
+        # adrive's loop, inline: one coroutine less between a graph's call and its reply
+        reply: Any = None
+        try:
+            while True:
+                reply = await self._execute(flow.send(reply))
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         return await self._run(self._ops.get_tuple(config))
