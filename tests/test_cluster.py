@@ -12,6 +12,7 @@ from uuid import uuid4
 
 import pytest
 import redis.asyncio.cluster as acluster
+from langgraph.checkpoint.base.id import uuid6
 from langgraph.checkpoint.conformance import checkpointer_test, validate
 from langgraph.checkpoint.memory import InMemorySaver
 from redis.cluster import RedisCluster
@@ -208,3 +209,48 @@ def test_projector_on_the_cluster_reads_like_the_scan(saver: RedisStreamSaver) -
     saver.delete_for_runs(["shared-run"])
     assert cross_thread_reads(saver) == cross_thread_reads(scanning(saver))
     assert list(saver.list(None, filter={"run_id": "shared-run"})) == []
+
+
+async def test_async_calls_go_straight_to_each_primary_and_follow_a_moved_slot(
+    cluster: EmbeddedCluster,
+) -> None:
+    """The async hot path on a cluster: a script goes to its key's primary on a connection
+    kept for it (one per primary, not a pool checkout per call); after its slot moved, the
+    old primary's MOVED is the call's reply, the core learns the layout and the call lands,
+    and the next ones go to the new primary."""
+    client = acluster.RedisCluster.from_url(cluster.url)
+    saver = AsyncRedisStreamSaver(client, prefix=f"c{uuid4().hex[:8]}")
+    threads = [f"thread:{n}" for n in range(12)]
+    stored = {}
+    for step in range(3):
+        for thread in threads:
+            config = stored.get(thread, _config(thread))
+            checkpoint: Any = {
+                "v": 1, "id": str(uuid6()), "ts": "", "channel_values": {"n": step},
+                "channel_versions": {"n": saver.get_next_version(None, None)},
+                "versions_seen": {}, "updated_channels": None,
+            }  # fmt: skip
+            versions = checkpoint["channel_versions"]
+            stored[thread] = await saver.aput(config, checkpoint, {"step": step}, versions)
+    kept = {name for name, (_, pipe) in saver._nodes._pipes.items() if pipe._lanes}
+    assert len(kept) == 3, "a kept connection for each primary the threads live on"
+    moved = threads[0]
+    log = thread_keys(saver.prefix, moved).log
+    slot = acluster.key_slot(log.encode())
+    source = cluster.owner(slot)
+    cluster.move_slot(slot, next(n for n in cluster.nodes if n.port != source.port))
+    for step in range(3, 6):
+        checkpoint = {
+            "v": 1, "id": str(uuid6()), "ts": "", "channel_values": {"n": step},
+            "channel_versions": {"n": saver.get_next_version(None, None)},
+            "versions_seen": {}, "updated_channels": None,
+        }  # fmt: skip
+        versions = checkpoint["channel_versions"]
+        stored[moved] = await saver.aput(stored[moved], checkpoint, {"step": step}, versions)
+        got = await saver.aget_tuple(_config(moved))
+        assert got is not None and got.checkpoint["channel_values"] == {"n": step}
+    assert cluster.owner(slot).port != source.port
+    for thread in threads[1:]:
+        got = await saver.aget_tuple(_config(thread))
+        assert got is not None and got.checkpoint["channel_values"] == {"n": 2}
+    await client.aclose()

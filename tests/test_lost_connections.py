@@ -120,16 +120,19 @@ async def test_async_writers_and_tails_outlive_their_client_closing_every_connec
     stop.set()
     await asyncio.gather(*work)  # a writer's error surfaces here
     assert len(acked) > 50, "the writers made no progress"
+    # every entry of every log, once; a write resent after its connection was lost may have
+    # run before, its event is then in the log twice (and read once: test_integrity), so the
+    # tails are waited for until they hold as many events as the logs, not as were acked
+    logs = {t: [_text(i) for i, _ in await client.xrange(saver._ops.keys(t).log)] for t in threads}
+    entries = sum(map(len, logs.values()))
     for _ in range(200):
-        if len(seen) >= len(acked) or any(r.done() for r in readers):
+        caught_up = len(seen) >= entries and len(alone) >= len(logs[threads[0]])
+        if caught_up or any(r.done() for r in readers):
             break
         await asyncio.sleep(0.05)
     await every.stop()
     await one.stop()
     await asyncio.gather(*readers)  # a tail's error surfaces here
-    # every entry of every log, once; a write resent after its connection was lost may have
-    # run before, its event is then in the log twice (and read once: test_integrity)
-    logs = {t: [_text(i) for i, _ in await client.xrange(saver._ops.keys(t).log)] for t in threads}
     assert sorted((e.thread_id, e.id) for e in seen) == sorted(
         (t, i) for t, ids in logs.items() for i in ids
     )

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import redis.asyncio.connection as aconn
@@ -65,9 +66,11 @@ class Group:
 class Link(asyncio.Protocol):
     """The protocol on a kept connection's socket (see the module's docstring)."""
 
-    def __init__(self, client: Any, conn: Any) -> None:
-        self.pool = client.connection_pool
-        self.callbacks: dict[Any, Any] = client.response_callbacks
+    def __init__(
+        self, conn: Any, callbacks: dict[Any, Any], release: Callable[[Any], Awaitable[Any]]
+    ) -> None:
+        self.release = release  # gives the connection back to where it came from
+        self.callbacks = callbacks
         self.conn = conn
         self.reader = hiredis.Reader(
             protocolError=InvalidResponse,
@@ -105,9 +108,35 @@ class Link(asyncio.Protocol):
         try:
             if type(conn) not in _STOCK or conn._writer is None:
                 raise LookupError
-            return cls(client, conn)
+            return cls(conn, client.response_callbacks, pool.release)
         except BaseException:
             await pool.release(conn)
+            raise
+
+    @classmethod
+    async def of_node(cls, node: Any) -> Link | None:
+        """A link on a connection kept out of a cluster node's own (redis-py's asyncio
+        ``ClusterNode``), or None where ``of`` would give none. Closing the cluster client
+        disconnects it with the node's others."""
+        if (
+            hiredis is None
+            or node.max_connections < _ROOMY
+            or node.connection_class not in _STOCK
+            or node.connection_kwargs.get("protocol") not in (None, 2, "2")
+        ):
+            return None
+
+        async def release(conn: Any) -> None:
+            node.release(conn)
+
+        conn = node.acquire_connection()
+        try:
+            await conn.connect()
+            if type(conn) not in _STOCK or conn._writer is None:
+                raise LookupError
+            return cls(conn, node.response_callbacks, release)
+        except BaseException:
+            node.release(conn)
             raise
 
     @property
@@ -189,6 +218,10 @@ class Link(asyncio.Protocol):
         else:
             self.watch = self.loop.call_at(due, self._check)
 
+    def close(self, exc: BaseException) -> None:
+        """Fail what waits with ``exc`` and drop the connection (given back once closed)."""
+        self._close(exc)
+
     def _close(self, exc: BaseException) -> None:
         # replies may still be in flight: nobody may read this socket again
         if self.lost is None:
@@ -206,4 +239,4 @@ class Link(asyncio.Protocol):
         try:
             await self.conn.disconnect(nowait=True)
         finally:
-            await self.pool.release(self.conn)
+            await self.release(self.conn)

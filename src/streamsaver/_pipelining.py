@@ -21,28 +21,33 @@ queued, written together on one connection, and their replies handed back in ord
 
 Durable writes (``WAIT``/``WAITAOF`` after the write, on the same connection) do not come here:
 a ``WAIT`` holds its connection up to the durability timeout, which would stall every call
-queued behind it. A cluster client does not either: redis-py's cluster client routes each
-command to its slot's node, and a slot in motion redirects single commands (``_moves.py``).
+queued behind it. On a cluster client, ``NodePipelines`` keeps one ``AutoPipeline`` per primary
+for the savers' hot path (one script, sent to its key's primary); everything else goes through
+redis-py's cluster client, which routes each command to its slot's node and follows a slot in
+motion (``_moves.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import weakref
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
 from ._multiplex import Group, Link
 from ._resp import packed
 
-__all__ = ["AutoPipeline"]
+__all__ = ["AutoPipeline", "NodePipelines"]
 
 Command = tuple[Any, ...]
 
 _BY_CLIENT: weakref.WeakKeyDictionary[Any, AutoPipeline] = weakref.WeakKeyDictionary()
+_NODES_BY_CLIENT: weakref.WeakKeyDictionary[Any, NodePipelines] = weakref.WeakKeyDictionary()
 
 
 @dataclass(slots=True)
@@ -61,8 +66,12 @@ class _Lane:
 class AutoPipeline:
     """Groups of commands from concurrent tasks, written together on one pooled connection."""
 
-    def __init__(self, client: Any) -> None:
+    def __init__(
+        self, client: Any, link_of: Callable[[], Awaitable[Link | None]] | None = None
+    ) -> None:
         self.client = client
+        # where the kept connection comes from: the client's pool, or a cluster node's own
+        self._link_of = link_of or (lambda: Link.of(client))
         self._lanes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Lane] = (
             weakref.WeakKeyDictionary()
         )
@@ -104,12 +113,21 @@ class AutoPipeline:
         meeting a lost connection sends again through ``send``). None otherwise."""
         loop = asyncio.get_running_loop()
         lane = self._lanes.get(loop)
-        if lane is None or not commands:
-            return None
+        if lane is None:
+            lane = self._lanes[loop] = _Lane()
         link = lane.link
-        if not isinstance(link, Link) or not link.usable:
-            return None
-        return self._queue(lane, loop, commands)
+        if isinstance(link, Link) and link.usable and commands:
+            return self._queue(lane, loop, commands)
+        if link is not False and lane.linking is None:
+            # none yet, or lost: made meanwhile, for the calls after this one
+            lane.linking = loop.create_task(self._link(lane))
+        return None
+
+    def close(self) -> None:
+        """Drop this loop's kept connection (its node left the layout)."""
+        lane = self._lanes.get(asyncio.get_running_loop())
+        if lane is not None and isinstance(lane.link, Link):
+            lane.link.close(RedisConnectionError("the cluster node it reached was replaced"))
 
     async def _linked(
         self, lane: _Lane, loop: asyncio.AbstractEventLoop, commands: Sequence[Command]
@@ -142,7 +160,7 @@ class AutoPipeline:
 
     async def _link(self, lane: _Lane) -> None:
         try:
-            link = await Link.of(self.client)
+            link = await self._link_of()
         except BaseException as exc:
             groups, lane.queued = lane.queued, []
             for group in groups:
@@ -234,3 +252,38 @@ def _fail(future: asyncio.Future[Any], exc: BaseException) -> None:
         future.cancel()
     else:
         future.set_exception(exc)
+
+
+class NodePipelines:
+    """Auto-pipelining on a cluster client: one ``AutoPipeline`` per primary, on a connection
+    kept out of that node's own (``Link.of_node``), for the savers' hot path only. A command
+    goes to the node the client's slot map names for its key; if that is stale, the node
+    answers ``MOVED`` or ``ASK`` as the command's reply and the core learns the layout and sends
+    it through the client (``_transport.rounds``). A node the map replaced (a failover, a new
+    layout) has its connection dropped."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self._pipes: dict[str, tuple[Any, AutoPipeline]] = {}
+
+    @classmethod
+    def of(cls, client: Any) -> NodePipelines:
+        pipes = _NODES_BY_CLIENT.get(client)
+        if pipes is None:
+            pipes = _NODES_BY_CLIENT[client] = cls(client)
+        return pipes
+
+    def submit(self, commands: Sequence[Command], key: str) -> asyncio.Future[list[Any]] | None:
+        """As ``AutoPipeline.submit``, on the connection of ``key``'s primary."""
+        try:
+            node = self.client.get_node_from_key(key)
+        except Exception:
+            return None
+        if node is None:
+            return None
+        held = self._pipes.get(node.name)
+        if held is None or held[0] is not node:
+            if held is not None:
+                held[1].close()
+            held = self._pipes[node.name] = (node, AutoPipeline(None, partial(Link.of_node, node)))
+        return held[1].submit(commands)

@@ -54,7 +54,7 @@ from ._flow import Call, Eval, Flow, Pause, Step, T, adrive, aiterate
 from ._history import delta_channel_history
 from ._moves import DEFAULT_SLOT_MOVE_TIMEOUT_S, Moves
 from ._ops import DEFAULT_SLICE_MS, DEFAULT_SLICE_PAUSE, Replay
-from ._pipelining import AutoPipeline
+from ._pipelining import AutoPipeline, NodePipelines
 from ._sending import arelearn, asend_pipeline
 from ._tail import (
     DEFAULT_BLOCK_MS,
@@ -143,6 +143,9 @@ class AsyncRedisStreamSaver(StreamSaverBase):
         # routes each command to its slot's node itself
         self._cluster = self._projections.cluster = isinstance(client, AsyncRedisCluster)
         self._autopipe = None if self._cluster else AutoPipeline.of(client)
+        # a cluster client routes each command to its slot's node itself; the hot path sends a
+        # script straight to its key's primary instead, on a connection kept for it
+        self._nodes = NodePipelines.of(client) if self._cluster else None
         self._durable = self.durability.command() is not None
         self._verbs: Verbs = {
             Pipeline: self._send,
@@ -247,7 +250,11 @@ class AsyncRedisStreamSaver(StreamSaverBase):
             # the hot path: the command sent as the core's first round would send it, and
             # done when nothing came back that the core must act on
             commands = (self._seam.command(op),)
-            kept = None if self._autopipe is None else self._autopipe.submit(commands)
+            kept = None
+            if self._autopipe is not None:
+                kept = self._autopipe.submit(commands)
+            elif self._nodes is not None and type(op) is Eval and op.keys:
+                kept = self._nodes.submit(commands, op.keys[0])
             try:
                 first = await (self._send(Pipeline(commands)) if kept is None else kept)
             except LOST as exc:
