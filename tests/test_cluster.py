@@ -254,3 +254,42 @@ async def test_async_calls_go_straight_to_each_primary_and_follow_a_moved_slot(
         got = await saver.aget_tuple(_config(thread))
         assert got is not None and got.checkpoint["channel_values"] == {"n": 2}
     await client.aclose()
+
+
+def test_sync_calls_go_straight_to_each_primary_and_follow_a_moved_slot(
+    cluster: EmbeddedCluster,
+) -> None:
+    """The sync hot path on a cluster: a script goes to its key's primary on a connection the
+    saver keeps out of that node's own client; after its slot moved, the old primary's MOVED
+    is the call's reply, the core learns the layout and the call lands."""
+    client = RedisCluster.from_url(cluster.url)
+    saver = RedisStreamSaver(client, prefix=f"c{uuid4().hex[:8]}")
+    threads = [f"thread:{n}" for n in range(12)]
+
+    def put(config: Any, step: int) -> Any:
+        checkpoint: Any = {
+            "v": 1, "id": str(uuid6()), "ts": "", "channel_values": {"n": step},
+            "channel_versions": {"n": saver.get_next_version(None, None)},
+            "versions_seen": {}, "updated_channels": None,
+        }  # fmt: skip
+        return saver.put(config, checkpoint, {"step": step}, checkpoint["channel_versions"])
+
+    stored = {t: put(_config(t), 0) for t in threads}
+    held = {
+        node.name
+        for node in client.get_primaries()
+        if node.redis_connection.connection_pool._in_use_connections
+    }
+    assert len(held) == 3, "a connection kept out of each primary's own pool"
+    moved = threads[0]
+    slot = client.keyslot(thread_keys(saver.prefix, moved).log)  # type: ignore[no-untyped-call]
+    source = cluster.owner(slot)
+    cluster.move_slot(slot, next(n for n in cluster.nodes if n.port != source.port))
+    for step in range(1, 4):
+        stored[moved] = put(stored[moved], step)
+        got = saver.get_tuple(_config(moved))
+        assert got is not None and got.checkpoint["channel_values"] == {"n": step}
+    for thread in threads[1:]:
+        got = saver.get_tuple(_config(thread))
+        assert got is not None and got.checkpoint["channel_values"] == {"n": 0}
+    client.close()

@@ -29,7 +29,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ._resp import packed
 
-__all__ = ["HeldConnection"]
+__all__ = ["HeldConnection", "NodeConnections"]
 
 _ROOMY = 16
 _BY_CLIENT: weakref.WeakKeyDictionary[Any, HeldConnection] = weakref.WeakKeyDictionary()
@@ -106,3 +106,27 @@ class HeldConnection:
         if stale:
             self.conn.disconnect()
         return self.conn
+
+
+class NodeConnections:
+    """A ``HeldConnection`` per primary of a sync cluster client, for the saver's hot path: a
+    script goes to the node the client's slot map names for its key, on that node's own client
+    (redis-py's cluster client spends far more per command than the command costs). A stale map
+    is answered ``MOVED`` or ``ASK`` as the script's reply, which the core acts on
+    (``_transport.rounds``); a node the map replaced is simply no longer asked."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+
+    def send(self, commands: Sequence[tuple[Any, ...]], key: str) -> list[Any] | None:
+        """As ``HeldConnection.send``, on the connection of ``key``'s primary; None when there
+        is none to use (the client's own path then)."""
+        try:
+            node = self.client.get_node_from_key(key)
+        except Exception:
+            return None
+        node_client = getattr(node, "redis_connection", None)
+        if node_client is None:
+            return None
+        held = HeldConnection.of(node_client)
+        return None if held is None else held.send(node_client, commands)

@@ -43,7 +43,7 @@ from ._base import (
     probe_options,
 )
 from ._chain import ChainCheck
-from ._connection import HeldConnection
+from ._connection import HeldConnection, NodeConnections
 from ._durability import DurabilityMode
 from ._errors import LOST, InvalidInputError, connect_error
 from ._exchange import ScanNode, Views, exchange
@@ -145,6 +145,9 @@ class RedisStreamSaver(StreamSaverBase):
         self._cluster = self._projections.cluster = isinstance(client, RedisCluster)
         self._durable = self.durability.command() is not None
         self._held = HeldConnection.of(client)
+        # a cluster client routes each command itself; the hot path sends a script to its
+        # key's primary on a connection kept for it instead
+        self._nodes = NodeConnections(client) if self._cluster else None
         self._verbs: Verbs = {
             Pipeline: self._send,
             LoadScripts: self._load,
@@ -246,8 +249,12 @@ class RedisStreamSaver(StreamSaverBase):
         if (type(op) is Eval or type(op) is Call) and not (op.write and self._durable):
             # the hot path: the command sent as the core's first round would send it, and
             # done when nothing came back that the core must act on
+            commands = (self._seam.command(op),)
             try:
-                first = self._send(Pipeline((self._seam.command(op),)))
+                got = None
+                if self._nodes is not None and type(op) is Eval and op.keys:
+                    got = self._nodes.send(commands, op.keys[0])
+                first = self._send(Pipeline(commands)) if got is None else got
             except LOST as exc:
                 first = exc
             else:
