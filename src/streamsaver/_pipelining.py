@@ -110,7 +110,8 @@ class AutoPipeline:
     def submit(self, commands: Sequence[Command]) -> asyncio.Future[list[Any]] | None:
         """The future of ``commands``' replies (as ``send``'s) when this loop's connection is
         kept and up: the hot path, with no coroutine of its own and no resending (a caller
-        meeting a lost connection sends again through ``send``). None otherwise."""
+        meeting a lost connection sends again through the core, which decides). None
+        otherwise, and the connection is made meanwhile for the calls after this one."""
         loop = asyncio.get_running_loop()
         lane = self._lanes.get(loop)
         if lane is None:
@@ -118,8 +119,7 @@ class AutoPipeline:
         link = lane.link
         if isinstance(link, Link) and link.usable and commands:
             return self._queue(lane, loop, commands)
-        if link is not False and lane.linking is None:
-            # none yet, or lost: made meanwhile, for the calls after this one
+        if link is not False and lane.linking is None:  # none yet, or lost
             lane.linking = loop.create_task(self._link(lane))
         return None
 
