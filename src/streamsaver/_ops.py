@@ -644,8 +644,6 @@ class Operations:
         replaced by the bytes it names: a copy lives in another log, with other event ids.
         A part naming nothing valid (a hand-edited or damaged log) raises, naming the event,
         before anything of its page is copied."""
-        if fields.get(b"k") != b"checkpoint":
-            return fields
         shared = [n for n, raw in fields.items() if raw.startswith(_SHARED) and _is_value(n)]
         if not shared:
             # the usual case: nothing to replace (unshared() passes other values as they are)

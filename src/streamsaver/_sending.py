@@ -10,9 +10,16 @@ from typing import Any
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import PipelineCommand, RedisCluster
 
-from ._transport import Command, Pipeline, Relearn
+from ._transport import Command, LoadScripts, Pipeline, Relearn
 
-__all__ = ["arelearn", "asend_pipeline", "relearn", "send_pipeline"]
+__all__ = [
+    "aload_scripts",
+    "arelearn",
+    "asend_pipeline",
+    "load_scripts",
+    "relearn",
+    "send_pipeline",
+]
 
 
 def send_pipeline(client: Any, step: Pipeline) -> list[Any]:
@@ -35,6 +42,17 @@ async def asend_pipeline(client: Any, step: Pipeline) -> list[Any]:
     if isinstance(client, AsyncRedisCluster):
         return await pipe.execute(raise_on_error=False, allow_redirections=step.follow)  # type: ignore[no-any-return]
     return await pipe.execute(raise_on_error=False)  # type: ignore[no-any-return]
+
+
+def load_scripts(client: Any, step: LoadScripts) -> None:
+    """Each of ``step``'s scripts loaded (a cluster client loads it on every primary)."""
+    for source in step.sources:
+        client.script_load(source)
+
+
+async def aload_scripts(client: Any, step: LoadScripts) -> None:
+    for source in step.sources:
+        await client.script_load(source)
 
 
 def relearn(client: Any, step: Relearn) -> None:

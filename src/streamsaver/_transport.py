@@ -1,6 +1,7 @@
 """The transport core, free of I/O: what to send for a batch of operations and what the replies
-mean. The sync and asyncio shells of the savers and of tailing only send what ``rounds``
-yields (a pipeline, a script load, a pause) and hand the replies back.
+mean. The sync and asyncio shells of the savers and of tailing only do the steps ``rounds``
+yields (a pipeline, a script load, a pause), through ``_exchange.py``, and hand the replies
+back (``run``/``arun``).
 
 One round runs every pending operation in one pipeline; then, in this order:
 - a read-only user's ``NOPERM`` on a read-only script: the same round again as ``EVALSHA_RO``,

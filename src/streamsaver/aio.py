@@ -55,7 +55,7 @@ from ._history import delta_channel_history
 from ._moves import DEFAULT_SLOT_MOVE_TIMEOUT_S, Moves
 from ._ops import DEFAULT_SLICE_MS, DEFAULT_SLICE_PAUSE, Replay
 from ._pipelining import AutoPipeline, NodePipelines
-from ._sending import arelearn, asend_pipeline
+from ._sending import aload_scripts, arelearn, asend_pipeline
 from ._tail import (
     DEFAULT_BLOCK_MS,
     DEFAULT_COUNT,
@@ -140,11 +140,10 @@ class AsyncRedisStreamSaver(StreamSaverBase):
         self.client = client
         self._ops.read_config = config_readable(client)
         # concurrent calls share one connection's writes (_pipelining.py); a cluster client
-        # routes each command to its slot's node itself
+        # routes each command to its slot's node itself, but the hot path sends a script
+        # straight to its key's primary, on a connection kept for it
         self._cluster = self._projections.cluster = isinstance(client, AsyncRedisCluster)
         self._autopipe = None if self._cluster else AutoPipeline.of(client)
-        # a cluster client routes each command to its slot's node itself; the hot path sends a
-        # script straight to its key's primary instead, on a connection kept for it
         self._nodes = NodePipelines.of(client) if self._cluster else None
         self._durable = self.durability.command() is not None
         self._verbs: Verbs = {
@@ -269,14 +268,13 @@ class AsyncRedisStreamSaver(StreamSaverBase):
         return await arun(flow, self._verbs)
 
     async def _load(self, step: LoadScripts) -> None:
+        if self._autopipe is None:
+            await aload_scripts(self.client, step)
+            return
         for source in step.sources:
-            if self._autopipe is None:
-                client: Any = self.client  # a cluster client loads it on every primary
-                await client.script_load(source)
-            else:
-                # on the shared connection too: calls that all met a fresh server must not
-                # each take a connection of their own to load the script
-                only(await self._autopipe.send([("SCRIPT", "LOAD", source)]))
+            # on the shared connection too: calls that all met a fresh server must not each
+            # take a connection of their own to load the script
+            only(await self._autopipe.send([("SCRIPT", "LOAD", source)]))
 
     async def _send(self, step: Pipeline) -> builtins.list[Any]:
         commands = step.commands
@@ -311,54 +309,48 @@ class AsyncRedisStreamSaver(StreamSaverBase):
             for node in client.get_primaries()
         }
 
-    async def _node(self, key: str, asked: tuple[str, int] | None) -> dict[str, Any]:
-        """Where a durable write goes, as redis-py's ``target_nodes``: the node ``asked`` names
-        (an ``ASK``), else ``key``'s primary; nothing on a standalone server."""
+    async def _target(self, key: str, asked: tuple[str, int] | None) -> tuple[Any, bool]:
+        """The cluster node a durable write goes to, and whether it is the node ``asked``
+        names (an ``ASK``: ``ASKING`` first); else ``key``'s primary."""
         # redis-py leaves these untyped; Any keeps mypy from flagging every call
         client: Any = self.client
-        if not self._cluster:
-            return {}
         await client.initialize()
         node = asked and client.get_node(*asked)
         if asked and node is None:  # a node the client has not heard of yet
             await client.nodes_manager.initialize()
-        return {"target_nodes": node or client.get_node_from_key(key), "asking": bool(node)}
+        return node or client.get_node_from_key(key), bool(node)
 
     async def _durably(self, step: Durably) -> builtins.list[Any]:
         # a WAIT counts its own connection's writes: on a cluster both commands name the
         # key's primary as their target, and the pipeline sends a node's commands together,
         # in order, on one of its connections
         client: Any = self.client
-        to = await self._node(step.key, step.asked)
         if not self._cluster:
             pipe = client.pipeline(transaction=False)
             for command in step.commands:
                 pipe.execute_command(*command)
             return (await pipe.execute(raise_on_error=False))[-2:]  # type: ignore[no-any-return]
-        asking = to.pop("asking")
+        node, asking = await self._target(step.key, step.asked)
         pipe = client.pipeline()
         if asking:
-            pipe.execute_command("ASKING", **to)
+            pipe.execute_command("ASKING", target_nodes=node)
         for command in step.commands:
-            pipe.execute_command(*command, **to)
+            pipe.execute_command(*command, target_nodes=node)
         replies = await pipe.execute(raise_on_error=False, allow_redirections=False)
         return replies[-2:]  # type: ignore[no-any-return]
 
     async def _load_there(self, step: LoadThere) -> None:
-        to = await self._node(step.key, step.asked)
-        to.pop("asking", None)
-        await self.client.execute_command("SCRIPT", "LOAD", step.source, **to)
+        client: Any = self.client
+        if not self._cluster:
+            await client.script_load(step.source)
+            return
+        node, _ = await self._target(step.key, step.asked)
+        await client.execute_command("SCRIPT", "LOAD", step.source, target_nodes=node)
 
     async def _run(self, flow: Flow[T]) -> T:
         if self.server_version is None:
             await self.asetup()
-        # adrive's loop, inline: one coroutine less between a graph's call and its reply
-        reply: Any = None
-        try:
-            while True:
-                reply = await self._execute(flow.send(reply))
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+        return await adrive(flow, self._execute)
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         return await self._run(self._ops.get_tuple(config))

@@ -54,7 +54,7 @@ from ._moves import DEFAULT_SLOT_MOVE_TIMEOUT_S, Moves
 from ._ops import DEFAULT_SLICE_MS, DEFAULT_SLICE_PAUSE, Replay
 from ._projection import Applied
 from ._scripts import SOURCES
-from ._sending import relearn, send_pipeline
+from ._sending import load_scripts, relearn, send_pipeline
 from ._tail import (
     DEFAULT_BLOCK_MS,
     DEFAULT_COUNT,
@@ -150,7 +150,7 @@ class RedisStreamSaver(StreamSaverBase):
         self._nodes = NodeConnections(client) if self._cluster else None
         self._verbs: Verbs = {
             Pipeline: self._send,
-            LoadScripts: self._load,
+            LoadScripts: partial(load_scripts, client),
             Relearn: partial(relearn, client),
             Pause: lambda step: time.sleep(step.seconds),
             Durably: self._durably,
@@ -277,11 +277,6 @@ class RedisStreamSaver(StreamSaverBase):
             except (ResponseError, ClusterError) as exc:
                 return [exc]
         return send_pipeline(self.client, step)
-
-    def _load(self, step: LoadScripts) -> None:
-        client: Any = self.client  # a cluster client loads it on every primary
-        for source in step.sources:
-            client.script_load(source)
 
     def _scan_node(self, step: ScanNode) -> tuple[int, builtins.list[Any]]:
         # redis-py leaves these untyped; Any keeps mypy from flagging every call

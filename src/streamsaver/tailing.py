@@ -49,7 +49,14 @@ from ._exchange import resending
 from ._flow import Call, Eval
 from ._moves import Moves, is_demoted
 from ._resp import packed
-from ._sending import arelearn, asend_pipeline, relearn, send_pipeline
+from ._sending import (
+    aload_scripts,
+    arelearn,
+    asend_pipeline,
+    load_scripts,
+    relearn,
+    send_pipeline,
+)
 from ._tail import (
     SCRIPTS,
     Batch,
@@ -166,7 +173,7 @@ class _SyncIO:
         # a pause ends at stop()
         self.verbs: Verbs = {
             Pipeline: partial(send_pipeline, self.client),
-            LoadScripts: self._load,
+            LoadScripts: partial(load_scripts, self.client),
             Relearn: partial(relearn, self.client),
             Pause: lambda step: self.stopped.wait(step.seconds),
         }
@@ -181,10 +188,6 @@ class _SyncIO:
 
     def batch(self, op: Batch) -> list[Any]:
         return run(_flow(op, self.scripts, self.move_timeout_s, self.cluster), self.verbs)
-
-    def _load(self, step: LoadScripts) -> None:
-        for source in step.sources:
-            self.client.script_load(source)
 
     def _connection(self, key: str | None) -> _Dedicated:
         if self.cluster:
@@ -572,7 +575,7 @@ class _AsyncIO:
         self.blocked: _Dedicated | None = None
         self.verbs: Verbs = {
             Pipeline: partial(asend_pipeline, self.client),
-            LoadScripts: self._load,
+            LoadScripts: partial(aload_scripts, self.client),
             Relearn: partial(arelearn, self.client),
             Pause: lambda step: self._nap(step.seconds),
         }
@@ -592,10 +595,6 @@ class _AsyncIO:
 
     async def batch(self, op: Batch) -> list[Any]:
         return await arun(_flow(op, self.scripts, self.move_timeout_s, self.cluster), self.verbs)
-
-    async def _load(self, step: LoadScripts) -> None:
-        for source in step.sources:
-            await self.client.script_load(source)
 
     async def _nap(self, seconds: float) -> None:
         deadline = time.monotonic() + seconds

@@ -199,16 +199,21 @@ local function add_members(acc)
   end
 end
 
--- Drop what a thread contributes to one of runs/meta (its 'r' members name its 'f' members).
--- How many members of key are t's (what unindex() removes).
-local function indexed(key, t)
+-- The lex range of t's 'r' members in one of runs/meta.
+local function thread_members(t)
   local lt = lp(t)
-  return redis.call('ZLEXCOUNT', key, '[r' .. lt, '[r' .. lt .. '\255')
+  return '[r' .. lt, '[r' .. lt .. '\255'
 end
 
+-- How many members of key are t's (what unindex() removes).
+local function indexed(key, t)
+  return redis.call('ZLEXCOUNT', key, thread_members(t))
+end
+
+-- Drop what a thread contributes to one of runs/meta (its 'r' members name its 'f' members).
 local function unindex(key, t)
   local lt = lp(t)
-  local mine = redis.call('ZRANGEBYLEX', key, '[r' .. lt, '[r' .. lt .. '\255')
+  local mine = redis.call('ZRANGEBYLEX', key, thread_members(t))
   for _, m in ipairs(mine) do
     redis.call('ZREM', key, m, 'f' .. string.sub(m, #lt + 2) .. t)
   end

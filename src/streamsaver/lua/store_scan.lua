@@ -1,14 +1,15 @@
 -- A search that looks at every item under a namespace prefix (a filter, a ranking), or a
 -- listing of every namespace, in slices of ARGV[5] ms: in one script, a namespace of a million
--- items (or a million namespaces) held the server, every tenant on it, for seconds (issue 13). The client puts the slices' answers together into what one
--- script would have answered at the moment of its last slice (_store_scan.py):
+-- items (or a million namespaces) held the server, every tenant on it, for seconds (issue 13).
+-- The client puts the slices' answers together into what one script would have answered at
+-- the moment of its last slice (_store_scan.py):
 --   'scan'   HSCANs each bucket's items (mitem; mns for namespaces), a page at a time. One
---            there throughout is
---            answered at least once (HSCAN's promise), unchanged since the bucket's first page;
---            the bucket's last log entry id at that page is answered with it.
+--            there throughout is answered at least once (HSCAN's promise), unchanged since the
+--            bucket's first page; the bucket's last log entry id at that page is answered
+--            with it.
 --   'since'  reads a bucket's log after an id and answers each item (or namespace) an event
---            after it names, as it is now: what changed while the pages went by. The slice reaching the log's
---            end is the moment of the answer.
+--            after it names, as it is now: what changed while the pages went by. The slice
+--            reaching the log's end is the moment of the answer.
 -- A rebuild swapping a bucket's indexes in (store_slice.lua) adds one to its epoch (the HSCAN
 -- of the old hash cannot go on in the new one): a scan finding another epoch starts the
 -- bucket again.
