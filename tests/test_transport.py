@@ -21,7 +21,7 @@ from streamsaver._durability import Durability, DurabilityError
 from streamsaver._exchange import ScanNode, Views, exchange
 from streamsaver._flow import Call, Eval, ScanLogs
 from streamsaver._moves import Moves
-from streamsaver._multiplex import Link
+from streamsaver._multiplex import Group, Link
 from streamsaver._pipelining import AutoPipeline
 from streamsaver._transport import (
     Durably,
@@ -574,6 +574,31 @@ async def test_closing_the_client_closes_the_kept_connection(redis_url: str) -> 
     assert not link.usable
     with redis.Redis.from_url(redis_url) as admin:
         assert own not in [c["id"] for c in admin.client_list()]
+
+
+async def test_a_connection_closed_while_it_is_being_kept_fails_its_callers(
+    redis_url: str,
+) -> None:
+    """The client's aclose() on another task closes the connection a link is being made on:
+    the close reached redis-py's protocol, so the link must refuse it, or a write on it would
+    be dropped by the transport and its callers would wait for good (no socket timeout)."""
+    client = aredis.Redis.from_url(redis_url)
+    try:
+        conn = await client.connection_pool.get_connection()
+        conn._writer.close()  # as disconnect() begins; its wait_closed is still ahead
+        await asyncio.sleep(0)  # the transport tells redis-py's protocol it is lost
+        group = Group([("PING",)], asyncio.get_running_loop().create_future())
+        try:
+            link = Link(conn, client.response_callbacks, client.connection_pool.release)
+        except redis.ConnectionError as refused:
+            assert "closed while it was being kept" in str(refused)
+        else:
+            link.write([group])
+            with pytest.raises(redis.ConnectionError):
+                await asyncio.wait_for(group.future, 2)
+        await client.connection_pool.release(conn)
+    finally:
+        await client.aclose()
 
 
 @pytest.mark.parametrize(

@@ -85,6 +85,11 @@ class Link(asyncio.Protocol):
         self.watch: asyncio.TimerHandle | None = None
         self.giving_back: asyncio.Task[None] | None = None
         writer = conn._writer
+        if writer is None or writer.transport.is_closing():
+            # closed by another task (the client's aclose) while it was being taken: its
+            # connection_lost may have gone to redis-py's protocol already, and a write on it
+            # would be dropped without a word, leaving its callers waiting for good
+            raise RedisConnectionError("the connection was closed while it was being kept")
         self.transport: Any = writer.transport
         # redis-py's stream protocol: told when the socket closes, so its wait_closed ends
         self.stream: Any = self.transport.get_protocol()
@@ -106,7 +111,7 @@ class Link(asyncio.Protocol):
             return None
         conn = await pool.get_connection()
         try:
-            if type(conn) not in _STOCK or conn._writer is None:
+            if type(conn) not in _STOCK:
                 raise LookupError
             return cls(conn, client.response_callbacks, pool.release)
         except BaseException:
@@ -132,7 +137,7 @@ class Link(asyncio.Protocol):
         conn = node.acquire_connection()
         try:
             await conn.connect()
-            if type(conn) not in _STOCK or conn._writer is None:
+            if type(conn) not in _STOCK:
                 raise LookupError
             return cls(conn, node.response_callbacks, release)
         except BaseException:
