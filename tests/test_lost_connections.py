@@ -96,10 +96,21 @@ async def test_async_writers_and_tails_outlive_their_client_closing_every_connec
             acked.append((thread, config["configurable"]["checkpoint_id"]))
             n += 1
 
+    # a call after every connection closed learns the layout and connects again: closed more
+    # often than that takes, no write could ever get through (13-18 ms on a slow machine, so
+    # 5 ms starved the writers of two primaries and the test measured the machine)
+    cold = []
+    for thread in threads:
+        await client.aclose()
+        started = time.monotonic()
+        assert await saver.aget_tuple(_config(thread)) is None  # the same path, no event
+        cold.append(time.monotonic() - started)
+    every_s = max(0.005, 2 * max(cold))
+
     async def close_every_connection() -> None:
         # what redis-py's cluster client does on a ConnectionError of any of its tasks
         while not stop.is_set():
-            await asyncio.sleep(0.005)
+            await asyncio.sleep(every_s)
             await client.aclose()
 
     async def follow(tail: Any, into: list[ThreadEvent]) -> None:
@@ -111,7 +122,7 @@ async def test_async_writers_and_tails_outlive_their_client_closing_every_connec
     readers = [asyncio.create_task(follow(every, seen)), asyncio.create_task(follow(one, alone))]
     work = [asyncio.create_task(write(t)) for t in threads]
     work.append(asyncio.create_task(close_every_connection()))
-    # 3 s of connections closed every 5 ms, and on until the writers have made their 51
+    # 3 s of connections closed every `every_s`, and on until the writers have made their 51
     # writes: how many get through in 3 s is this machine's speed (23-50 on a busy one)
     await asyncio.sleep(3.0)
     deadline = time.monotonic() + 30
