@@ -358,6 +358,8 @@ def translate(exc: ResponseError) -> Exception:
     for marker, error in (
         ("STREAMSAVER_DELETED", ThreadDeletedError),
         ("STREAMSAVER_FENCED", FencedError),
+        # an event no streamsaver writer makes (lua/append.lua): refused before its XADD
+        ("STREAMSAVER_MALFORMED", InvalidInputError),
     ):
         if marker in message:
             return error(message.split(marker, 1)[1].strip())

@@ -24,16 +24,25 @@ for i = 7, #ARGV do
   fields[i - 6] = ARGV[i]
 end
 local f = fields_of(fields)
+-- decoded once, for the checks below and the projection; a malformed event (a writer other
+-- than streamsaver's) is refused before anything is written, rather than logged unprojected
+local checked, why = check(f, KEYS[1], KEYS[3], nil, true)
+if not checked then
+  return redis.error_reply('STREAMSAVER_MALFORMED ' .. tostring(f.k) .. ' event of thread ' ..
+    tostring(f.thread) .. ' refused, nothing written: ' .. why)
+end
 -- Deleted history never comes back (projection.lua): the checkpoint this event continues (a
 -- put's parent, the one writes belong to) must be neither one delete_for_runs removed ('x')
 -- nor one of a deleted history: up to 'g' and not in the thread's current history. A put
 -- without parent starts a new history, unless it is a subgraph's first checkpoint whose
 -- parent namespaces' checkpoints (metadata 'parents') are deleted.
-local p = lp(f.ns or '')
+local p = lp(f.ns)
 local named = f.k == 'writes' and f.id or (f.k == 'checkpoint' and f.parent ~= '' and f.parent)
 -- 'h', the chain's head (common.lua's chain_head()), in the same command: one call fewer
 local marks = redis.call('HMGET', KEYS[3], 'g', 'd', 'x' .. p .. (named or ''), 'h')
 heads[KEYS[1]] = marks[4] or nil
+-- the ptr fields read here, that the projection need not read again (projection.lua's apply())
+local known = {d = marks[2]}
 local function live(ns, id)
   return redis.call('ZSCORE', KEYS[2], 'c' .. lp(ns) .. id)
 end
@@ -44,8 +53,8 @@ local function deleted_by(ns, id)
 end
 local refused = named
 -- a checkpoint put again since delete_for_runs removed it is live: its writes are welcome
-local by = named and (marks[3] and not live(f.ns or '', named) and 'delete_for_runs'
-  or deleted_by(f.ns or '', named))
+local by = named and (marks[3] and not live(f.ns, named) and 'delete_for_runs'
+  or deleted_by(f.ns, named))
 if not by and marks[1] and f.k == 'checkpoint' then
   local ok, meta = pcall(cmsgpack.unpack, f.meta or '')
   if ok and type(meta) == 'table' and type(meta.parents) == 'table' then
@@ -78,7 +87,7 @@ if ARGV[4] == 'fence' and f.k == 'checkpoint' then
   end
 end
 if f.k == 'checkpoint' then
-  local channel, version = dangling(KEYS[3], f)
+  local channel, version = dangling(KEYS[3], f, checked[2], checked[3])
   if channel then
     return redis.error_reply(integrity('DANGLING', {KEYS[1], f.ns, f.id, channel, version}))
   end
@@ -87,10 +96,12 @@ end
 local cache = {}
 if ARGV[3] ~= '' then
   local expected, j = cmsgpack.unpack(ARGV[3]), 1
-  local nv, p = cmsgpack.unpack(f.nv), lp(f.ns)
+  local nv, p = checked[2], lp(f.ns)
   for i = 1, #nv, 3 do
     if nv[i + 2] ~= '' then
-      local ref = redis.call('HGET', KEYS[3], 'b' .. p .. lp(nv[i]) .. nv[i + 2])
+      local field = 'b' .. p .. lp(nv[i]) .. nv[i + 2]
+      local ref = redis.call('HGET', KEYS[3], field)
+      known[field] = ref
       local want = expected[j]
       if not ref or (ref ~= want and string.sub(ref, 1, #want + 1) ~= want .. ' ') then
         return 'stale'
@@ -101,6 +112,13 @@ if ARGV[3] ~= '' then
       end
       j = j + 1
     end
+  end
+end
+if f.k == 'checkpoint' then
+  why = value_refs(KEYS[1], KEYS[3], f, checked[2], cache, known)
+  if why then
+    return redis.error_reply('STREAMSAVER_MALFORMED checkpoint ' .. f.id .. ' of thread ' ..
+      tostring(f.thread) .. ' refused, nothing written: ' .. why)
   end
 end
 local keep, reply, due = tonumber(ARGV[6]), nil, false
@@ -119,7 +137,7 @@ if keep > 0 and f.k == 'checkpoint' then
 end
 if reply == nil then
   reply, f.dg = append_event(KEYS[1], fields, nil, ch)
-  apply(KEYS[1], KEYS[2], KEYS[3], reply, f, cache)
+  apply(KEYS[1], KEYS[2], KEYS[3], reply, f, cache, checked, known)
   notify(KEYS[4], ARGV[1], reply, f)
   if due then
     reply = {reply, -1}

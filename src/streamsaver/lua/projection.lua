@@ -144,9 +144,10 @@ end
 -- are not there: the event is skipped whole, named, like any malformed one. The writer checked
 -- the same before its XADD (append.lua), so it never appends an event this refuses. cache:
 -- entries read so far (common.lua's entry_fields()), shared with the caller's own checks.
-local function value_refs(log, ptr, f, nv, cache)
+-- known: the base pointers the caller read already ({field = value}), not read again.
+local function value_refs(log, ptr, f, nv, cache, known)
   local p, own = lp(f.ns), {}
-  cache = cache or {}
+  cache, known = cache or {}, known or {}
   for i = 1, #nv, 3 do
     own[lp(nv[i]) .. nv[i + 1]] = true
   end
@@ -156,8 +157,8 @@ local function value_refs(log, ptr, f, nv, cache)
     if problem then
       return 'channel ' .. channel .. ' version ' .. version .. ' is ' .. problem
     end
-    if base ~= '' and not own[lp(channel) .. base]
-        and not sink.hget(ptr, 'b' .. p .. lp(channel) .. base) then
+    local field = base ~= '' and not own[lp(channel) .. base] and 'b' .. p .. lp(channel) .. base
+    if field and not (known[field] or sink.hget(ptr, field)) then
       return 'channel ' .. channel .. ' version ' .. version .. ' appends to version ' .. base ..
         ', which is not stored'
     end
@@ -187,21 +188,20 @@ local function checkpoint_shape(f)
       return nil, 'missing value field'
     end
   end
-  return nv
+  -- cv third: only a writer's dangling() reads it
+  return nv, nil, cv
 end
 
-local function check_checkpoint(f, log, ptr, cache)
-  local nv, why = checkpoint_shape(f)
-  if nv then
-    why = value_refs(log, ptr, f, nv, cache)
-    if why then
-      return nil, why
-    end
+-- A checkpoint or writes event uses the thread's id again: it is no longer deleted
+-- (apply_thread_deleted). known: ptr fields the caller read in this call ({field = value, or
+-- false when absent}); a writer whose marks found no 'd' spares the HDEL.
+local function undelete(ptr, known)
+  if known.d ~= false then
+    sink.hdel(ptr, 'd')
   end
-  return nv, why
 end
 
-local function apply_checkpoint(log, ix, ptr, id, f, nv)
+local function apply_checkpoint(log, ix, ptr, id, f, nv, known)
   local p = lp(f.ns)
   local member = 'c' .. p .. f.id
   sink.zadd(ix, member)
@@ -220,27 +220,22 @@ local function apply_checkpoint(log, ix, ptr, id, f, nv)
     -- a version names one value: the first stored stays, so a delta's base cannot change
     sink.hsetnx(ptr, 'b' .. p .. lp(nv[i]) .. nv[i + 1], ref)
   end
-  -- a deleted thread's id in use again (apply_thread_deleted)
-  sink.hdel(ptr, 'd')
+  undelete(ptr, known)
 end
 
 -- The first (channel, version) of a checkpoint event's cv that is neither among its own values
 -- (nv) nor stored in its namespace, or nil. A writer whose history is gone (a restart from an
 -- older snapshot, an expiry, an eviction, a prune) would otherwise store a checkpoint no read
--- can give back whole. One HEXISTS per channel the checkpoint did not change.
-local function dangling(ptr, f)
-  local ok, cv = pcall(cmsgpack.unpack, f.cv or '')
-  local ok2, nv = pcall(cmsgpack.unpack, f.nv or '')
-  if not ok or not ok2 or type(cv) ~= 'table' or type(nv) ~= 'table' then
-    return nil  -- malformed: check_checkpoint() refuses it
-  end
+-- can give back whole. One HEXISTS per channel the checkpoint did not change. nv and cv as
+-- checkpoint_shape() decoded them.
+local function dangling(ptr, f, nv, cv)
   local own = {}
   for i = 1, #nv, 3 do
-    own[lp(tostring(nv[i])) .. tostring(nv[i + 1])] = true
+    own[lp(nv[i]) .. nv[i + 1]] = true
   end
-  local p = lp(f.ns or '')
+  local p = lp(f.ns)
   for i = 1, #cv, 2 do
-    local channel, version = tostring(cv[i]), tostring(cv[i + 1])
+    local channel, version = cv[i], cv[i + 1]
     if not own[lp(channel) .. version]
         and redis.call('HEXISTS', ptr, 'b' .. p .. lp(channel) .. version) == 0 then
       return channel, version
@@ -304,7 +299,7 @@ end
 -- A checkpoint's pending writes: one list while they are few, then one ptr field each
 -- (common.lua's pending_writes()), so a put_writes reads and writes the fields of its own
 -- writes only.
-local function apply_writes(log, ix, ptr, id, f, wi)
+local function apply_writes(log, ix, ptr, id, f, wi, known)
   local p = lp(f.ns)
   local count = 'w' .. p .. f.id
   local slot, seen = 'v' .. p .. lp(f.id), 'u' .. p .. lp(f.id) .. lp(f.task)
@@ -318,7 +313,7 @@ local function apply_writes(log, ix, ptr, id, f, wi)
     local l = added_writes(n == nil and got[1] and cmsgpack.unpack(got[1]) or {}, id, f, wi)
     if l then
       sink.hset_many(ptr, {count, cmsgpack.pack(l)})
-      sink.hdel(ptr, 'd')
+      undelete(ptr, known)
       return
     end
   end
@@ -367,7 +362,7 @@ local function apply_writes(log, ix, ptr, id, f, wi)
   if #sets > 0 then
     sink.hset_many(ptr, sets)
   end
-  sink.hdel(ptr, 'd')
+  undelete(ptr, known)
 end
 
 -- Forget checkpoint `cid`'s pending writes (a delete).
@@ -475,7 +470,8 @@ local function apply_pruned()
 end
 
 local KINDS = {
-  checkpoint = {check_checkpoint, apply_checkpoint},
+  -- a checkpoint's third: what its values reference, checked after its shape
+  checkpoint = {checkpoint_shape, apply_checkpoint, value_refs},
   writes = {check_writes, apply_writes},
   delete = {check_delete, apply_delete},
   pruned = {check_pruned, apply_pruned},
@@ -498,11 +494,13 @@ local function pruned_event(log)
           'n', tostring(n), 'from', from, 'to', last[1], 'last', lf.dg or ''}
 end
 
--- The checked event, ready for apply(); nil and a reason for one this version cannot project
--- (unknown kind, newer schema, malformed, or referencing values not stored), which callers
--- skip and report. log and ptr: where its references are looked up; cache (optional): the
--- entries already read (common.lua's entry_fields()).
-local function check(f, log, ptr, cache)
+-- The checked event, ready for apply(): {its kind's apply, what it decoded, a checkpoint's cv};
+-- nil and a reason for one this version cannot project (unknown kind, newer schema, malformed,
+-- or referencing values not stored), which callers skip and report. log and ptr: where its
+-- references are looked up; cache (optional): the entries already read (common.lua's
+-- entry_fields()). shape_only: references not checked (the writer checks them itself, after
+-- its own checks of the same references, append.lua).
+local function check(f, log, ptr, cache, shape_only)
   local kind = KINDS[f.k]
   if kind == nil then
     return nil, 'unknown kind ' .. tostring(f.k)
@@ -510,14 +508,22 @@ local function check(f, log, ptr, cache)
   if (tonumber(f.sv) or 0) > SCHEMA or tonumber(f.sv) == nil then
     return nil, 'schema version ' .. tostring(f.sv)
   end
-  local decoded, why = kind[1](f, log, ptr, cache)
+  local decoded, why, more = kind[1](f)
   if decoded == nil then
     return nil, why
   end
-  return {kind[2], decoded}
+  if kind[3] and not shape_only then
+    why = kind[3](log, ptr, f, decoded, cache)
+    if why then
+      return nil, why
+    end
+  end
+  return {kind[2], decoded, more}
 end
 
-local function apply(log, ix, ptr, id, f, cache)
+-- checked, known (optional): check()'s result and the ptr fields read, from a writer that
+-- checked the event before appending it (append.lua); otherwise it is checked here.
+local function apply(log, ix, ptr, id, f, cache, checked, known)
   -- the chain's head (append_event() in common.lua), for every entry, projectable or not
   -- through the sink: a replay writes it once per slice, not once per entry
   if f.dg then
@@ -525,11 +531,14 @@ local function apply(log, ix, ptr, id, f, cache)
   else
     sink.hdel(ptr, 'h')
   end
-  local checked, why = check(f, log, ptr, cache)
   if checked == nil then
-    return false, why
+    local why
+    checked, why = check(f, log, ptr, cache)
+    if checked == nil then
+      return false, why
+    end
   end
-  checked[1](log, ix, ptr, id, f, checked[2])
+  checked[1](log, ix, ptr, id, f, checked[2], known or {})
   if f.k ~= 'checkpoint' and f.k ~= 'writes' and f.k ~= 'pruned' then
     -- a record: compactions find it here and keep it (compact.lua). A 'pruned' tombstone is
     -- not one: the next compaction's tombstone covers it, or keep_last's regular compactions
