@@ -19,7 +19,7 @@ from redis.exceptions import NoScriptError, ResponseError
 from streamsaver import AsyncRedisStreamSaver, RedisStreamSaver, ServerUnavailableError
 from streamsaver._durability import Durability, DurabilityError
 from streamsaver._exchange import ScanNode, Views, exchange
-from streamsaver._flow import Call, Eval, ScanLogs
+from streamsaver._flow import Call, Each, Eval, ScanLogs
 from streamsaver._moves import Moves
 from streamsaver._multiplex import Group, Link
 from streamsaver._pipelining import AutoPipeline
@@ -462,6 +462,24 @@ def test_a_durable_write_follows_moved_and_ask_then_checks_the_ack() -> None:
     assert isinstance(last, Durably) and last.asked is None  # ASKING allows one command
     with pytest.raises(DurabilityError):  # no replica acknowledged
         flow.send([b"ok", 0])
+
+
+def test_a_connection_lost_under_a_pipelined_command_sends_the_batch_again() -> None:
+    """A cluster client's pipeline hands a connection lost under one of its commands back as
+    that command's reply: the exchange must take it as the lost connection it is (learn the
+    layout, send again), not hand it to the caller as if the server had answered."""
+    batch = Each((Call(("EXISTS", "{a}:feed")), Call(("EXISTS", "{b}:feed"))))
+    flow = exchange(batch, Scripts({}), Durability("none", 1, 100), Moves(1.0, "test"), True)
+    assert isinstance(next(flow), Pipeline)
+    lost = redis.ConnectionError("Connection closed by server.")
+    assert isinstance(flow.send([1, lost]), Pause)
+    relearn = flow.send(None)
+    assert isinstance(relearn, Relearn) and relearn.moved is None
+    again = flow.send(None)
+    assert isinstance(again, Pipeline) and len(again.commands) == 2
+    with pytest.raises(StopIteration) as done:
+        flow.send([1, 0])
+    assert done.value.value == [1, 0]
 
 
 def test_a_durable_write_on_a_demoted_node_is_sent_again_after_relearning() -> None:

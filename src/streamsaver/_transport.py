@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from typing import Any, NoReturn, TypeVar
 
 from redis.exceptions import AskError, MovedError, NoPermissionError, NoScriptError, ResponseError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ._durability import Durability
 from ._errors import SlotMovingError, translate
@@ -161,16 +163,16 @@ def rounds(
         first = yield Pipeline([scripts.command(one) for one in ops])
     if not any(isinstance(reply, Exception) for reply in first):
         return first  # everything ran: nothing below applies, and a graph's calls end here
-    got: list[Any] | None = first
+    got: list[Any] | None = _unlost(first)
     replies: list[Any] = [None] * len(ops)
     todo = list(range(len(ops)))
     while todo:
         pending = [ops[i] for i in todo]
         if got is None:
-            got = yield Pipeline([scripts.command(one) for one in pending])
+            got = _unlost((yield Pipeline([scripts.command(one) for one in pending])))
         if any(scripts.needs_read_only(one, r) for one, r in zip(pending, got, strict=True)):
             scripts.read_only = True
-            got = yield Pipeline([scripts.command(one) for one in pending])
+            got = _unlost((yield Pipeline([scripts.command(one) for one in pending])))
         # After a failover or a finished move, a batch's commands for every slot that moved
         # come back MOVED: learn the layout once and send them again in one pipeline, rather
         # than the client resending each on its own (a 16384-name probe took tens of seconds
@@ -179,14 +181,16 @@ def rounds(
         if redirected:
             if any(isinstance(got[j], MovedError) for j in redirected):
                 yield Relearn(None)
-            again = yield Pipeline([scripts.command(pending[j]) for j in redirected], True)
+            again = _unlost(
+                (yield Pipeline([scripts.command(pending[j]) for j in redirected], True))
+            )
             for j, reply in zip(redirected, again, strict=True):
                 got[j] = reply
         missing = [j for j, r in enumerate(got) if scripts.missing(r)]
         if missing:
             names = dict.fromkeys(pending[j].script for j in missing)  # type: ignore[union-attr]
             yield LoadScripts([scripts.sources[name] for name in names])
-            again = yield Pipeline([scripts.command(pending[j]) for j in missing])
+            again = _unlost((yield Pipeline([scripts.command(pending[j]) for j in missing])))
             for j, reply in zip(missing, again, strict=True):
                 got[j] = reply
         for i, reply in zip(todo, got, strict=True):
@@ -206,6 +210,17 @@ def rounds(
     if not translate_errors:
         return replies
     return [translate(r) if isinstance(r, ResponseError) else r for r in replies]
+
+
+def _unlost(replies: list[Any]) -> list[Any]:
+    """``replies``, unless a command's connection was lost under it: a cluster client's
+    pipeline hands that back as the command's reply, and it is raised here, for the exchange to
+    send the operation again (_exchange.resending) as it does when the client raises it. Left
+    as a value, it reached a caller as if the server had answered it (a tail's probe died)."""
+    for reply in replies:
+        if isinstance(reply, (RedisConnectionError, RedisTimeoutError)):
+            raise reply
+    return replies
 
 
 @dataclass(frozen=True, slots=True)
