@@ -23,11 +23,9 @@ from dataclasses import dataclass
 from typing import Any, NoReturn, TypeVar
 
 from redis.exceptions import AskError, MovedError, NoPermissionError, NoScriptError, ResponseError
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ._durability import Durability
-from ._errors import SlotMovingError, translate
+from ._errors import SlotMovingError, lost_connection, translate
 from ._flow import Call, Each, Eval, Op, Pause
 from ._moves import Moves, is_demoted, is_moving
 from ._scripts import READ_ONLY
@@ -218,7 +216,7 @@ def _unlost(replies: list[Any]) -> list[Any]:
     send the operation again (_exchange.resending) as it does when the client raises it. Left
     as a value, it reached a caller as if the server had answered it (a tail's probe died)."""
     for reply in replies:
-        if isinstance(reply, (RedisConnectionError, RedisTimeoutError)):
+        if isinstance(reply, Exception) and lost_connection(reply) is not None:
             raise reply
     return replies
 

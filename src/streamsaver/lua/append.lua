@@ -36,6 +36,7 @@ end
 -- nor one of a deleted history: up to 'g' and not in the thread's current history. A put
 -- without parent starts a new history, unless it is a subgraph's first checkpoint whose
 -- parent namespaces' checkpoints (metadata 'parents') are deleted.
+-- p: the event's namespace, length-prefixed as every index member and ptr field names it
 local p = lp(f.ns)
 local named = f.k == 'writes' and f.id or (f.k == 'checkpoint' and f.parent ~= '' and f.parent)
 -- 'h', the chain's head (common.lua's chain_head()), in the same command: one call fewer
@@ -76,7 +77,6 @@ if ARGV[4] == 'fence' and f.k == 'checkpoint' then
   local source = ok and type(meta) == 'table' and meta.source or nil
   -- time travel and update_state fork on purpose; loops and inputs continue the latest
   if source ~= 'update' and source ~= 'fork' then
-    local p = lp(f.ns or '')
     local top = redis.call('ZREVRANGEBYLEX', KEYS[2], '[c' .. p .. '\255', '[c' .. p, 'LIMIT', 0, 1)[1]
     local latest = top and string.sub(top, #p + 2) or ''
     if latest ~= (f.parent or '') and latest ~= f.id then
@@ -96,7 +96,7 @@ end
 local cache = {}
 if ARGV[3] ~= '' then
   local expected, j = cmsgpack.unpack(ARGV[3]), 1
-  local nv, p = checked[2], lp(f.ns)
+  local nv = checked[2]
   for i = 1, #nv, 3 do
     if nv[i + 2] ~= '' then
       local field = 'b' .. p .. lp(nv[i]) .. nv[i + 2]
@@ -123,7 +123,6 @@ if f.k == 'checkpoint' then
 end
 local keep, reply, due = tonumber(ARGV[6]), nil, false
 if keep > 0 and f.k == 'checkpoint' then
-  local p = lp(f.ns)
   -- ZLEXCOUNT and XLEN are O(log n) and O(1): deciding costs no scan
   if redis.call('ZLEXCOUNT', KEYS[2], '[c' .. p, '[c' .. p .. '\255') >= 2 * keep then
     -- a compaction costs what the log holds: past LONG_LOG entries it would hold the server
