@@ -7,9 +7,10 @@ over ``--threads`` threads, then times, in the same run and on the same entries:
 
 - the floor: every log read back with XRANGE, pipelined like the rebuild (the bytes a replay
   must at least touch, without projecting them);
-- the thread indexes' rebuild (lua/replay_slice.lua, ``--batch`` threads per call of
+- the thread indexes' rebuild (lua/checkpoint/replay_slice.lua, ``--batch`` threads per call of
   rebuild_many);
-- ``rebuild --all`` as the command runs it: that, then the projector's keys (lua/seed.lua).
+- ``rebuild --all`` as the command runs it: that, then the projector's keys
+(lua/projector/seed.lua).
 
 Both rebuilds run twice: with the saver's default slices (0.25 ms of server time each, then a
 pause as long as the work: at most half the server, so other tenants wait at most a slice), and

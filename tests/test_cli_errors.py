@@ -155,7 +155,7 @@ class _Terminal(io.StringIO):
 
 
 def test_the_progress_bar_shows_on_a_terminal_only() -> None:
-    from streamsaver.maintenance import progress_bar
+    from streamsaver.cli.progress import progress_bar
 
     terminal = _Terminal()
     with progress_bar("verify", terminal) as progress:

@@ -26,10 +26,10 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, Send, interrupt
 
 from streamsaver import AsyncRedisStreamSaver, RedisStreamSaver
-from streamsaver._tail.naming import Namer
 from streamsaver.audit import read_export, verify_export
 from streamsaver.cli import main
 from streamsaver.events import ThreadEvent
+from streamsaver.tailing.naming import Namer
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from redis.cluster import RedisCluster
 
 from streamsaver import AsyncRedisStreamSaver, RedisStreamSaver
-from streamsaver._keys import thread_keys
+from streamsaver.core.keys import thread_keys
 from streamsaver.embedded import EmbeddedCluster
 from tests import graphs
 from tests.test_conformance import SyncDriven, _assert_all_passed

@@ -9,9 +9,10 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 import streamsaver
 from streamsaver import UnsupportedServerError
-from streamsaver._codec import Codec
-from streamsaver._flow import Call
-from streamsaver._ops import Operations, server_version
+from streamsaver.checkpoint.ops import Operations
+from streamsaver.core.codec import Codec
+from streamsaver.core.flow import Call
+from streamsaver.core.server import server_version
 
 
 def _ops() -> Operations:

@@ -14,7 +14,7 @@ import pytest
 import redis
 
 from streamsaver import IntegrityError, RedisStreamSaver
-from streamsaver._keys import thread_keys
+from streamsaver.core.keys import thread_keys
 from tests.test_cli import _cli as run_cli
 from tests.test_shared_writes import SHARED, _config, _start, _step
 

@@ -13,9 +13,9 @@ import pytest
 import redis
 
 from streamsaver import RedisStreamSaver
-from streamsaver._errors import InvalidInputError, ThreadDeletedError
-from streamsaver._flow import Eval
-from streamsaver._keys import compact_keys, thread_keys
+from streamsaver.core.errors import InvalidInputError, ThreadDeletedError
+from streamsaver.core.flow import Eval
+from streamsaver.core.keys import compact_keys, thread_keys
 from tests.test_deletion import put, visible
 from tests.test_slices import finish, reads, restore, snapshot
 
@@ -62,7 +62,7 @@ def test_many_checkpoints_leave_in_records_of_a_bounded_size_as_one_script_delet
     sync_saver._ops.slice_events = 25
     assert sync_saver._run(sync_saver._ops.delete_for_runs(["gone"])) == 210
     assert reads(sync_saver, "t") == expected
-    # a record names at most 6 (lua/compact_slice.lua's DROP_PAGE): its projection is one
+    # a record names at most 6 (lua/checkpoint/compact_slice.lua's DROP_PAGE): its projection is one
     # unit of a slice's work
     assert [
         len(ormsgpack.unpackb(f[b"items"])) // 2 for f in records(redis_client, sync_saver)

@@ -14,7 +14,7 @@ import redis.asyncio as aredis
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
 
 from streamsaver import AsyncRedisStreamSaver, RedisStreamSaver, ThreadDeletedError
-from streamsaver._keys import thread_keys
+from streamsaver.core.keys import thread_keys
 from streamsaver.embedded import EmbeddedRedis, find_redis_server
 from tests.test_saver import generate_config
 

@@ -12,8 +12,8 @@ from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
 
 from streamsaver import RedisStreamSaver
-from streamsaver._delta import ENTRY_BYTES, MAX_CHAIN, DeltaCache, Known
-from streamsaver._keys import thread_keys
+from streamsaver.core.delta import ENTRY_BYTES, MAX_CHAIN, DeltaCache, Known
+from streamsaver.core.keys import thread_keys
 
 
 class Thread:

@@ -95,7 +95,8 @@ def test_keep_last_runs_a_delta_graph_as_in_memory(redis_url: str, prefix: str, 
     assert results == reference
     assert graph.get_state(THREAD).values == state
     assert _checkpoints(saver) < 8 * 4  # it did compact
-    # puts appended as they are while a compaction would drop little (lua/compact.lua) project
+    # puts appended as they are while a compaction would drop little (lua/checkpoint/compact.lua)
+    # project
     # what a replay projects
     assert saver.verify("delta-kept")[2] == []
     # and every kept checkpoint still rebuilds as the default walk does
@@ -164,7 +165,7 @@ def test_delete_for_runs_refuses_an_ancestor_a_checkpoint_put_after_its_check_re
 ) -> None:
     """The DeltaChannel check runs in slices before the delete event is appended: a checkpoint
     put between them that reads a deleted run's writes is checked by the append itself."""
-    from streamsaver._flow import Eval
+    from streamsaver.core.flow import Eval
 
     graph = build(sync_saver)
     for i in range(3):

@@ -22,7 +22,7 @@ from streamsaver import (
     RedisStreamSaver,
     UnsupportedServerError,
 )
-from streamsaver._durability import Durability
+from streamsaver.core.durability import Durability
 from streamsaver.embedded import EmbeddedCluster, EmbeddedRedis
 from tests.test_crash import STEPS, _graph
 

@@ -11,7 +11,7 @@ import redis
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
 
 from streamsaver import RedisStreamSaver, ServerTimeoutError, ServerUnavailableError
-from streamsaver._keys import thread_keys
+from streamsaver.core.keys import thread_keys
 from streamsaver.embedded import EmbeddedRedis
 
 

@@ -17,7 +17,7 @@ import redis
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
 
 from streamsaver import FencedError, RedisStreamSaver, ThreadDeletedError
-from streamsaver._keys import thread_keys
+from streamsaver.core.keys import thread_keys
 from tests.test_crash import _graph
 
 ROOT = Path(__file__).resolve().parent.parent

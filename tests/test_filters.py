@@ -1,13 +1,13 @@
 """list(filter=...) matches exactly what InMemorySaver matches (Python's == on the metadata
 values), whatever the values: integers of 64 bits, [] against {}, nested values, floats against
-integers. Through every path a filter takes: a thread's own list (lua/list.lua), list(None)
+integers. Through every path a filter takes: a thread's own list (lua/checkpoint/list.lua),
+list(None)
 scanning every log, and list(None) through the projector's metadata index."""
 
 from __future__ import annotations
 
 import struct
 from collections.abc import Iterator
-from importlib.resources import files
 from typing import Any
 from uuid import uuid4
 
@@ -19,10 +19,11 @@ from hypothesis import strategies as st
 from langgraph.checkpoint.memory import InMemorySaver
 
 from streamsaver import InvalidInputError, RedisStreamSaver
-from streamsaver._codec import metadata_form
-from streamsaver._feed import slot_of
-from streamsaver._keys import thread_keys
-from streamsaver._projection import slot_keys
+from streamsaver.checkpoint.projections import slot_keys
+from streamsaver.core.codec import metadata_form
+from streamsaver.core.keys import thread_keys
+from streamsaver.core.slots import slot_of
+from streamsaver.lua import source
 
 from .test_projector import start_projector, stop_projector, wait_caught_up
 from .test_rebuild_invariant import scanning
@@ -299,13 +300,10 @@ def test_filters_match_what_in_memory_saver_matches(
             redis_client.delete(*keys)
 
 
-# --- the two definitions of a form: lua/meta.lua (stored bytes) and _codec.metadata_form ------
+# --- the two definitions of a form: lua/shared/meta.lua (stored bytes) and codec.metadata_form
 
-_FORM_OF = (
-    "\n".join(
-        (files("streamsaver") / "lua" / name).read_text() for name in ("common.lua", "meta.lua")
-    )
-    + "\nreturn meta_form(ARGV[1], 1)"
+_FORM_OF = "\n".join(source(name) for name in ("common.lua", "meta.lua")) + (
+    "\nreturn meta_form(ARGV[1], 1)"
 )
 
 

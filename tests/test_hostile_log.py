@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
 
 from streamsaver import IntegrityError, InvalidInputError, RedisStreamSaver, StreamSaverError
-from streamsaver._flow import Eval
-from streamsaver._keys import thread_keys
+from streamsaver.core.flow import Eval
+from streamsaver.core.keys import thread_keys
 
 FIELD_NAMES = ["k", "sv", "ns", "id", "parent", "run", "meta", "cp", "cv", "nv", "b0", "b1",
                "task", "path", "wi", "w0", "items", "thread"]  # fmt: skip

@@ -13,11 +13,13 @@ from hypothesis import strategies as st
 from langchain_core.messages import AIMessage
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
-from streamsaver._codec import Codec
-from streamsaver._feed import slot_of
-from streamsaver._keys import thread_keys
-from streamsaver._tail import Batch, FeedTail, decode_event
+from streamsaver.core.codec import Codec
+from streamsaver.core.keys import thread_keys
+from streamsaver.core.slots import slot_of
 from streamsaver.events import SkippedEvent, ThreadEvent
+from streamsaver.tailing.decode import decode_event
+from streamsaver.tailing.feeds import FeedTail
+from streamsaver.tailing.steps import Batch
 
 CODEC = Codec(JsonPlusSerializer(), 1 << 20)
 LOG_FIELDS = [b"k", b"sv", b"thread", b"ns", b"id", b"parent", b"run", b"meta", b"nv", b"task",

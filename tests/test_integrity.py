@@ -25,8 +25,8 @@ from streamsaver import (
     RedisStreamSaver,
     UnsupportedServerError,
 )
-from streamsaver._keys import thread_keys
-from streamsaver._ops import check_eviction
+from streamsaver.core.keys import thread_keys
+from streamsaver.core.server import check_eviction
 from streamsaver.embedded import EmbeddedRedis
 
 

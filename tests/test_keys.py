@@ -9,9 +9,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from streamsaver import InvalidInputError
-from streamsaver._codec import parse_version, version_key
-from streamsaver._feed import SLOT_KINDS, slot_key, slot_of, slot_tag
-from streamsaver._keys import (
+from streamsaver.core.codec import parse_version, version_key
+from streamsaver.core.feeds import SLOT_KINDS, slot_key
+from streamsaver.core.keys import (
     escape_glob,
     key_pattern,
     log_pattern,
@@ -21,6 +21,7 @@ from streamsaver._keys import (
     thread_keys,
     validate_prefix,
 )
+from streamsaver.core.slots import slot_of, slot_tag
 from tests.strategies import hostile_text
 
 

@@ -16,8 +16,9 @@ from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
 
-from streamsaver import AsyncRedisStreamSaver, RedisStreamSaver, _ops
-from streamsaver._keys import lp
+from streamsaver import AsyncRedisStreamSaver, RedisStreamSaver
+from streamsaver.checkpoint import ops as _ops
+from streamsaver.core.keys import lp
 
 # sorted as the index sorts them: "12:zz..." comes before "1:a" ('2' < ':')
 NAMESPACES = sorted(
@@ -124,7 +125,8 @@ async def test_alist_order_matches_in_memory_saver(
 def test_a_bound_that_empties_many_namespaces_still_finds_the_rest(
     sync_saver: RedisStreamSaver,
 ) -> None:
-    # each namespace entered counts against list.lua's SCAN_CAP (1000): a page that gives up
+    # each namespace entered counts against checkpoint/list.lua's SCAN_CAP (1000): a page that gives
+    # up
     # there must hand on a cursor that the next page continues from, not end the list
     count = 1100
     ids = []

@@ -25,7 +25,7 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
 
 from streamsaver import AsyncRedisStreamSaver, RedisStreamSaver, ServerUnavailableError
-from streamsaver._errors import lost_connection
+from streamsaver.core.errors import lost_connection
 from streamsaver.embedded import EmbeddedCluster
 from streamsaver.events import ThreadEvent
 

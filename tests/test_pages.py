@@ -12,8 +12,8 @@ import pytest
 import redis
 
 from streamsaver import RedisStreamSaver
-from streamsaver._flow import Call, Each, Pause, iterate
-from streamsaver._pages import FIRST_COUNT, MOST_BYTES, MOST_COUNT, next_count, page_cost
+from streamsaver.core.flow import Call, Each, Pause, iterate
+from streamsaver.core.pages import FIRST_COUNT, MOST_BYTES, MOST_COUNT, next_count, page_cost
 from tests.test_saver import generate_config
 
 WIDE = 40

@@ -1,5 +1,5 @@
 """A checkpoint's pending writes are indexed as one list while they are few, then one ptr field
-each (lua/common.lua's pending_writes()), so a put_writes reads and writes only what its own
+each (lua/shared/common.lua's pending_writes()), so a put_writes reads and writes only what its own
 writes need: a fan-out of n tasks costs O(n), where one list of them all, re-read and re-packed
 per call, cost O(n^2); a step's single write costs one ptr field, not three."""
 
@@ -12,7 +12,7 @@ import redis
 from langgraph.checkpoint.base import empty_checkpoint
 
 from streamsaver import RedisStreamSaver
-from streamsaver._keys import lp, thread_keys
+from streamsaver.core.keys import lp, thread_keys
 
 from .test_slices import one_verify
 

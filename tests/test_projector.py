@@ -16,10 +16,10 @@ import pytest
 import redis
 
 from streamsaver import RedisStreamSaver
-from streamsaver._feed import slot_of
-from streamsaver._flow import Eval
-from streamsaver._keys import thread_keys
-from streamsaver._projection import slot_keys
+from streamsaver.checkpoint.projections import slot_keys
+from streamsaver.core.flow import Eval
+from streamsaver.core.keys import thread_keys
+from streamsaver.core.slots import slot_of
 
 from .test_cli import ROOT
 
@@ -298,7 +298,7 @@ def test_a_periodic_lag_finds_a_new_feed_within_one_sweep_and_a_fresh_one_at_onc
 ) -> None:
     """The projector's periodic lag probes one slice of the slots it has not seen a feed in
     (a probe of all 16384 per call kept it busy on a cluster); a listing probes them all."""
-    from streamsaver._tail.steps import SWEEP_SLICES
+    from streamsaver.tailing.steps import SWEEP_SLICES
 
     watcher = RedisStreamSaver(redis.Redis.from_url(redis_url), prefix=prefix)
     writer = RedisStreamSaver(redis.Redis.from_url(redis_url), prefix=prefix)
@@ -327,7 +327,7 @@ def test_a_slot_far_behind_its_feed_is_listed_without_reading_the_whole_feed(
     sync_saver: RedisStreamSaver, redis_client: redis.Redis
 ) -> None:
     """A cross-thread read names the threads of feed entries the projector has not applied;
-    past 1,000 of them in a slot (registry.lua's PENDING_MAX) that slot answers 'fallback'
+    past 1,000 of them in a slot (projector/registry.lua's PENDING_MAX) that slot answers 'fallback'
     rather than read up to the feed's MAXLEN in one script, and the read lists the threads
     through the slots' thread indexes instead, with the same result."""
     from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata

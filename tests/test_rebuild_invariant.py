@@ -185,8 +185,9 @@ def perform(saver: RedisStreamSaver, call: tuple[Any, ...], step: int) -> None:
         saver.seed_projections()
     elif name == "unknown_kind":
         # an event of a kind from a newer version, announced in the feed and the slot's thread
-        # index like any other (lua/common.lua's notify())
-        from streamsaver._feed import feed_of_log, slot_of, threads_key
+        # index like any other (lua/shared/common.lua's notify())
+        from streamsaver.core.feeds import feed_of_log, threads_key
+        from streamsaver.core.slots import slot_of
 
         log = saver._ops.keys(args[0]).log
         eid = saver.client.xadd(log, {"k": "pruned", "sv": "1", "thread": args[0]})

@@ -24,10 +24,10 @@ from langgraph.graph import END, START, StateGraph
 from redis.cluster import RedisCluster
 
 from streamsaver import AsyncRedisStreamSaver, InvalidInputError, RedisStreamSaver, SlotMovingError
-from streamsaver._moves import scan_plan
 from streamsaver.embedded import EmbeddedCluster
 from streamsaver.events import ThreadEvent
 from streamsaver.projector import Projector
+from streamsaver.transport.moves import scan_plan
 from tests.test_tail import in_thread
 
 
@@ -174,7 +174,8 @@ def test_graphs_and_tailers_run_through_resharding_and_failover(
     def async_writer() -> None:
         async def write(aclient: Any, name: str, durability: Any) -> None:
             # without durability, each script goes straight to its key's primary on a kept
-            # connection (_pipelining.NodePipelines): through the moves and the failover too
+            # connection (transport.pipelining.NodePipelines): through the moves and the failover
+            # too
             saver = AsyncRecording(aclient, prefix="rs", durability=durability)
             saver.acked = async_acked[name]
             graph = _graph(saver)

@@ -1,4 +1,5 @@
-"""The packer of our own commands (_resp.py): the bytes redis-py's own packing would send, and
+"""The packer of our own commands (transport/resp.py): the bytes redis-py's own packing would send,
+and
 redis-py's packing wherever ours would differ."""
 
 from __future__ import annotations
@@ -11,8 +12,8 @@ import redis
 import redis.asyncio as aredis
 from redis.exceptions import DataError
 
-from streamsaver._pipelining import AutoPipeline
-from streamsaver._resp import lean, pack, pack_python, packed
+from streamsaver.transport.pipelining import AutoPipeline
+from streamsaver.transport.resp import lean, pack, pack_python, packed
 
 COMMANDS: list[tuple[Any, ...]] = [
     ("EVALSHA", "a" * 40, 2, "p:{\u00e9t}:log", "p:{\u00e9t}:ptr", b"\x00\xff\r\n", -7, 0.1, 1e20),

@@ -15,8 +15,8 @@ from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, gen
 from langgraph.checkpoint.memory import InMemorySaver
 
 from streamsaver import InvalidInputError, MissingIndexError, RedisStreamSaver
-from streamsaver._feed import SLOT_KINDS
-from streamsaver._keys import thread_keys
+from streamsaver.core.feeds import SLOT_KINDS
+from streamsaver.core.keys import thread_keys
 from streamsaver.events import SkippedEvent
 from tests import graphs
 from tests.test_saver import generate_config

@@ -24,9 +24,9 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Overwrite
 
 from streamsaver import AsyncRedisStreamSaver, RedisStreamSaver
-from streamsaver._codec import Codec
-from streamsaver._delta import ENTRY_BYTES, ITEM_BYTES, DeltaCache, Known
-from streamsaver._keys import thread_keys
+from streamsaver.core.codec import Codec
+from streamsaver.core.delta import ENTRY_BYTES, ITEM_BYTES, DeltaCache, Known
+from streamsaver.core.keys import thread_keys
 
 from . import graphs
 from .test_conformance import _assert_all_passed

@@ -25,7 +25,7 @@ from streamsaver import (
     PayloadTooLargeError,
     RedisStreamSaver,
 )
-from streamsaver._keys import thread_keys
+from streamsaver.core.keys import thread_keys
 from tests.strategies import hostile_text
 
 

@@ -20,8 +20,8 @@ from langgraph.graph.message import add_messages
 from typing_extensions import TypedDict
 
 from streamsaver import RedisStreamSaver
-from streamsaver._keys import thread_keys
 from streamsaver.audit import verify_export
+from streamsaver.core.keys import thread_keys
 
 Pairs = list[tuple[bytes, bytes]]
 

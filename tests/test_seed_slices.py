@@ -1,4 +1,5 @@
-"""A slot's seed in slices (lua/seed.lua; issue 13): rebuild --all and a projector's first start
+"""A slot's seed in slices (lua/projector/seed.lua; issue 13): rebuild --all and a projector's first
+start
 build the projections from the logs in calls of ``slice_ms`` each, in scratch keys swapped in by
 the last, so no slot's threads hold the server (one script over a slot of 100,000 events held
 it 0.53 s). What they build is what one call builds, with writers and other seeds going on
@@ -12,9 +13,10 @@ from typing import Any
 import redis
 
 from streamsaver import RedisStreamSaver
-from streamsaver._feed import SEED_KINDS, slot_key, slot_of
-from streamsaver._flow import Eval
-from streamsaver._keys import thread_keys
+from streamsaver.core.feeds import SEED_KINDS, slot_key
+from streamsaver.core.flow import Eval
+from streamsaver.core.keys import thread_keys
+from streamsaver.core.slots import slot_of
 from streamsaver.projector import Projector
 from tests.test_projector import checkpoint, projections, work
 from tests.test_slices import counting, finish

@@ -12,7 +12,7 @@ from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from streamsaver import AsyncRedisStreamSaver, InvalidInputError, RedisStreamSaver
-from streamsaver._keys import thread_keys
+from streamsaver.core.keys import thread_keys
 
 SECRETS = (b"attack at dawn", b"retreat at dusk", b"the eagle lands")
 

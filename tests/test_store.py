@@ -28,7 +28,7 @@ from streamsaver import (
     InvalidUsageError,
     RedisStreamStore,
 )
-from streamsaver._keys import STORE_BUCKETS, store_keys
+from streamsaver.core.keys import STORE_BUCKETS, store_keys
 from streamsaver.memory_events import StoreCursor
 
 from . import store_servers
@@ -644,8 +644,8 @@ def test_changes_and_tail_follow_memory_events(store: RedisStreamStore) -> None:
 
 
 def test_store_keys_follow_the_keyspace_rule() -> None:
-    from streamsaver._feed import slot_of, slot_tag
-    from streamsaver._keys import store_bucket, thread_keys
+    from streamsaver.core.keys import store_bucket, thread_keys
+    from streamsaver.core.slots import slot_of, slot_tag
 
     slots = set()
     for b in range(STORE_BUCKETS):

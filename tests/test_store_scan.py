@@ -14,7 +14,7 @@ from langgraph.store.base import PutOp
 from langgraph.store.memory import InMemoryStore
 
 from streamsaver import RedisStreamStore
-from streamsaver._flow import Each, Eval
+from streamsaver.core.flow import Each, Eval
 
 from . import store_servers
 from .store_servers import Target, drop
@@ -143,7 +143,7 @@ def test_a_deep_page_or_a_sparse_prefix_reads_in_slices_with_the_same_answer(
     of many others) it reads the prefix's items in slices instead of holding the server."""
     from langgraph.store.base import GetOp, Item
 
-    from streamsaver._keys import store_bucket
+    from streamsaver.core.keys import store_bucket
 
     client = target.client()
     try:
@@ -184,7 +184,7 @@ def test_the_namespace_index_answers_prefixes_and_fills_itself_in_old_buckets(
     mnsz, not a read of every namespace (a namespace per user: thousands a bucket). A bucket
     written before mnsz existed is read through mns until a write adds or removes one of its
     namespaces, which fills mnsz whole; verify compares it like every index."""
-    from streamsaver._keys import STORE_BUCKETS, store_bucket, store_keys
+    from streamsaver.core.keys import STORE_BUCKETS, store_bucket, store_keys
 
     client = target.client()
     try:
@@ -264,7 +264,7 @@ def test_changes_read_a_backlog_in_bounded_rounds(target: Target, prefix: str) -
     """changes() read `count` events of every bucket in one pipeline, which Redis runs as one
     block (a tail from the start of a big store: 256 x count events); it peeks at every bucket
     first, then reads on in rounds of about 256 events, with the same events and cursor."""
-    from streamsaver._keys import store_bucket
+    from streamsaver.core.keys import store_bucket
 
     client = target.client()
     try:

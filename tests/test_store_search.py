@@ -26,7 +26,7 @@ from streamsaver import (
     InvalidInputError,
     RedisStreamStore,
 )
-from streamsaver._keys import STORE_BUCKETS, store_keys
+from streamsaver.core.keys import STORE_BUCKETS, store_keys
 
 from . import store_servers
 from .store_servers import Target, drop
@@ -219,7 +219,7 @@ def test_pure_python_scoring_matches_numpy(
     for key, text in {"a": "apple pie", "b": "redis", "c": "tea time"}.items():
         store.put(("p",), key, {"text": text})
     with_numpy = _rows(store.search(("p",), query="apple", limit=3))
-    monkeypatch.setattr("streamsaver._store_index._check_numpy", lambda: False)
+    monkeypatch.setattr("streamsaver.store.index._check_numpy", lambda: False)
     assert _rows(store.search(("p",), query="apple", limit=3)) == with_numpy
 
 

@@ -14,9 +14,9 @@ import pytest
 from langgraph.store.base import PutOp
 
 from streamsaver import RedisStreamStore
-from streamsaver._errors import InvalidUsageError
-from streamsaver._flow import Each, Eval
-from streamsaver._keys import StoreKeys, store_bucket, store_keys, store_slice_keys
+from streamsaver.core.errors import InvalidUsageError
+from streamsaver.core.flow import Each, Eval
+from streamsaver.core.keys import StoreKeys, store_bucket, store_keys, store_slice_keys
 
 from . import store_servers
 from .store_servers import Target, drop

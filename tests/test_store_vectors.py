@@ -21,8 +21,8 @@ from langgraph.store.base import PutOp
 from langgraph.store.memory import InMemoryStore
 
 from streamsaver import AsyncRedisStreamStore, InvalidUsageError, RedisStreamStore
-from streamsaver._keys import STORE_BUCKETS, store_keys
 from streamsaver.acl import acl_rules
+from streamsaver.core.keys import STORE_BUCKETS, store_keys
 
 from .stack_server import stack_url
 from .store_servers import drop

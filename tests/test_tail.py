@@ -33,11 +33,15 @@ from redis.crc import key_slot
 from typing_extensions import TypedDict
 
 from streamsaver import SCHEMA_VERSION, AsyncRedisStreamSaver, InvalidInputError, RedisStreamSaver
-from streamsaver._codec import Codec
-from streamsaver._feed import SLOTS, feed_key, feed_of_log, feed_pattern, slot_tag
-from streamsaver._keys import thread_keys
-from streamsaver._tail import Batch, Block, FeedTail, ThreadTail, decode_event, streams
+from streamsaver.core.codec import Codec
+from streamsaver.core.feeds import feed_key, feed_of_log, feed_pattern
+from streamsaver.core.keys import thread_keys
+from streamsaver.core.slots import SLOTS, slot_tag
 from streamsaver.events import Delivery, FeedCursor, SkippedEvent, ThreadEvent
+from streamsaver.tailing.decode import decode_event, streams
+from streamsaver.tailing.feeds import FeedTail
+from streamsaver.tailing.steps import Batch, Block
+from streamsaver.tailing.thread import ThreadTail
 
 # --- shared helpers --------------------------------------------------------------------------
 

@@ -13,8 +13,8 @@ import redis.asyncio.cluster as acluster
 from redis.cluster import RedisCluster
 
 from streamsaver import AsyncRedisStreamSaver, RedisStreamSaver
-from streamsaver._feed import feed_of_log
-from streamsaver._keys import thread_keys
+from streamsaver.core.feeds import feed_of_log
+from streamsaver.core.keys import thread_keys
 from streamsaver.embedded import EmbeddedCluster
 from streamsaver.events import ThreadEvent
 from tests.test_tail import in_thread, steps

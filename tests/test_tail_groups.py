@@ -11,8 +11,9 @@ import pytest
 import redis
 
 from streamsaver import AsyncRedisStreamSaver, InvalidInputError, RedisStreamSaver
-from streamsaver._feed import feed_of_log, feed_pattern, parked_key, slot_of
-from streamsaver._keys import thread_keys
+from streamsaver.core.feeds import feed_of_log, feed_pattern, parked_key
+from streamsaver.core.keys import thread_keys
+from streamsaver.core.slots import slot_of
 from streamsaver.events import Delivery, SkippedEvent
 from tests.test_tail import in_thread, log_ids, python, step, steps
 

@@ -1,5 +1,6 @@
-"""The transport: auto-pipelined asyncio calls (_pipelining.py) against a real server, and the
-I/O-free rounds core (_transport.py) that every shell drives."""
+"""The transport: auto-pipelined asyncio calls (transport/pipelining.py) against a real server, and
+the
+I/O-free rounds core (transport/core.py) that every shell drives."""
 
 from __future__ import annotations
 
@@ -17,13 +18,9 @@ from redis.backoff import NoBackoff
 from redis.exceptions import NoScriptError, ResponseError
 
 from streamsaver import AsyncRedisStreamSaver, RedisStreamSaver, ServerUnavailableError
-from streamsaver._durability import Durability, DurabilityError
-from streamsaver._exchange import ScanNode, Views, exchange
-from streamsaver._flow import Call, Each, Eval, ScanLogs
-from streamsaver._moves import Moves
-from streamsaver._multiplex import Group, Link
-from streamsaver._pipelining import AutoPipeline
-from streamsaver._transport import (
+from streamsaver.core.durability import Durability, DurabilityError
+from streamsaver.core.flow import Call, Each, Eval, ScanLogs
+from streamsaver.transport.core import (
     Durably,
     LoadScripts,
     LoadThere,
@@ -35,6 +32,10 @@ from streamsaver._transport import (
     rounds,
     run,
 )
+from streamsaver.transport.exchange import ScanNode, Views, exchange
+from streamsaver.transport.moves import Moves
+from streamsaver.transport.multiplex import Group, Link
+from streamsaver.transport.pipelining import AutoPipeline
 
 
 def _checkpoint(saver: Any, n: int) -> Checkpoint:
@@ -497,7 +498,8 @@ def test_a_durable_write_on_a_demoted_node_is_sent_again_after_relearning() -> N
     assert done.value.value == b"1-1"
 
 
-# --- the kept connection (_multiplex.py) ----------------------------------------------------
+# --- the kept connection (transport/multiplex.py)
+# ----------------------------------------------------
 
 
 def _link(pipe: AutoPipeline) -> Any:

@@ -1,9 +1,11 @@
 """streamsaver: an event-sourced LangGraph checkpointer on Redis Streams."""
 
-from ._base import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_PREFIX
-from ._codec import SCHEMA_VERSION
-from ._durability import DurabilityError, DurabilityMode
-from ._errors import (
+from .checkpoint.aio import AsyncRedisStreamSaver
+from .checkpoint.base import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_PREFIX
+from .checkpoint.saver import RedisStreamSaver
+from .core.codec import SCHEMA_VERSION
+from .core.durability import DurabilityError, DurabilityMode
+from .core.errors import (
     AuthenticationFailedError,
     ConnectionFailedError,
     CorruptIndexError,
@@ -26,10 +28,8 @@ from ._errors import (
     TLSError,
     UnsupportedServerError,
 )
-from ._ops import Replay
-from .aio import AsyncRedisStreamSaver
-from .saver import RedisStreamSaver
-from .store import AsyncRedisStreamStore, RedisStreamStore
+from .core.slicing import Replay
+from .store.stores import AsyncRedisStreamStore, RedisStreamStore
 
 __all__ = [
     "DEFAULT_MAX_PAYLOAD_BYTES",

@@ -12,7 +12,7 @@ Three roles:
 - ``projector``: reads every key of the prefix, writes only the per-slot keys (feeds, for its
   consumer group; parked entries; thread indexes; its projections), never a thread's log.
 
-Every key of a prefix starts with ``<prefix>:{`` and a prefix cannot hold ``{`` (``_keys.py``),
+Every key of a prefix starts with ``<prefix>:{`` and a prefix cannot hold ``{`` (``core/keys.py``),
 so the one pattern ``<prefix>:{*`` (glob characters escaped) matches exactly that prefix's keys:
 ``app``'s user reaches nothing of ``app:tenant2``, ``app2`` or ``ap``. No role has ``SCAN``,
 ``KEYS`` (listing reads the per-slot thread indexes), ``CLIENT UNBLOCK`` or ``KILL`` (a tail's
@@ -21,9 +21,9 @@ so the one pattern ``<prefix>:{*`` (glob characters escaped) matches exactly tha
 
 from __future__ import annotations
 
-from ._errors import InvalidInputError, UnsupportedServerError
-from ._feed import SLOT_KINDS
-from ._keys import key_pattern, validate_prefix
+from .core.errors import InvalidInputError, UnsupportedServerError
+from .core.feeds import SLOT_KINDS
+from .core.keys import key_pattern, validate_prefix
 
 __all__ = [
     "PROJECTOR_COMMANDS",
@@ -64,7 +64,8 @@ _GROUPS: tuple[str, ...] = (
 
 PROJECTOR_COMMANDS: tuple[str, ...] = (
     *READER_COMMANDS, *_GROUPS, "hset", "hdel", "hincrby", "zadd", "zrem", "del", "srem",
-    # a seed's slices build in scratch keys (lua/seed.lua), which expire if it is abandoned, and
+    # a seed's slices build in scratch keys (lua/projector/seed.lua), which expire if it is
+    # abandoned, and
     # swap them in
     "pexpire", "persist", "rename", "unlink",
 )  # fmt: skip
@@ -78,7 +79,7 @@ SAVER_COMMANDS: tuple[str, ...] = (
     # sliced rebuilds and compactions swap their scratch keys in, as seeds do (a compacted
     # log's ids go on after the live one's: XSETID); deletions free in the background
     "xsetid",
-    # the Store's vector index: whether a bucket keeps its documents (lua/store.lua's mft)
+    # the Store's vector index: whether a bucket keeps its documents (lua/store/store.lua's mft)
     "get", "set",
 )  # fmt: skip
 

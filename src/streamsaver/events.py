@@ -16,9 +16,9 @@ from typing import Any, Literal
 from langchain_core.runnables import RunnableConfig
 from pydantic import BaseModel, ConfigDict, Field, computed_field
 
-from ._codec import SCHEMA_VERSION
-from ._config import make_config
-from ._nodes import NULL_TASK_ID, RESUME, origin
+from .core.codec import SCHEMA_VERSION
+from .core.config import make_config
+from .core.nodes import NULL_TASK_ID, RESUME, origin
 
 __all__ = [
     "SCHEMA_VERSION",

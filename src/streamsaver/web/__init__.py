@@ -3,6 +3,9 @@ Server-Sent Events API (docs/console.md). Needs the ``web`` extra (``streamsaver
 
 ``create_app`` returns an ASGI app to run or mount in your own; ``serve`` runs it with uvicorn,
 as ``streamsaver serve`` does.
+
+What it may import: the services (an ``AsyncRedisStreamSaver`` reads for it, through the same
+operations as any caller), core and events. Nothing below it imports it (tests/test_layers.py).
 """
 
 from __future__ import annotations

@@ -30,9 +30,9 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp
 
-from .._base import DEFAULT_PREFIX
-from .._errors import InvalidInputError, StreamSaverError
-from ..aio import AsyncRedisStreamSaver
+from ..checkpoint.aio import AsyncRedisStreamSaver
+from ..checkpoint.base import DEFAULT_PREFIX
+from ..core.errors import InvalidInputError, StreamSaverError
 from ..events import ThreadInfo
 from . import _views
 from ._auth import TokenGate

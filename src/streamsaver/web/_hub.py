@@ -18,11 +18,11 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from .._feed import slot_of
-from .._keys import thread_keys
-from .._tail import _id_key
-from ..aio import AsyncRedisStreamSaver
+from ..checkpoint.aio import AsyncRedisStreamSaver
+from ..core.keys import thread_keys
+from ..core.slots import slot_of
 from ..events import FeedCursor
+from ..tailing.decode import _id_key
 from ._views import event_view
 
 

@@ -10,9 +10,9 @@ import re
 from collections.abc import AsyncIterator
 from typing import Any
 
-from .._errors import InvalidInputError
-from .._stream_ids import ENTRY_ID
-from ..aio import AsyncRedisStreamSaver
+from ..checkpoint.aio import AsyncRedisStreamSaver
+from ..core.errors import InvalidInputError
+from ..core.stream_ids import ENTRY_ID
 from ..events import FeedCursor, ThreadEvent
 from ._views import event_view
 

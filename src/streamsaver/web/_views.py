@@ -10,8 +10,8 @@ from typing import Any
 
 from langgraph.checkpoint.base import CheckpointTuple
 
-from .._render import jsonable
-from ..audit import _Lenient
+from ..audit.trail import _Lenient
+from ..core.replies import jsonable
 from ..events import SkippedEvent, ThreadDeletion, ThreadEvent, ThreadInfo, Undecoded
 
 # The console's statuses, and the Agent Protocol's name for each in the JSON API.

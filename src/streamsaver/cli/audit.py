@@ -1,0 +1,232 @@
+"""``streamsaver history`` and ``streamsaver audit show|export|verify`` (docs/audit.md)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.markup import escape
+
+from ..checkpoint.base import DEFAULT_PREFIX
+from ..core.errors import InvalidInputError
+from .common import Json, Prefix, Url, add, group, need_url, require_threads
+
+if TYPE_CHECKING:
+    from langgraph.checkpoint.serde.base import SerializerProtocol
+
+    from ..checkpoint.saver import RedisStreamSaver
+    from ..core.chain import ChainCheck
+
+__all__ = ["register"]
+
+_SHOW_EPILOG = """\
+one line per event (--json: one JSON object per line, the ThreadEvent fields):
+  <time UTC> <kind> ns=<namespace> step=<step> <who> <channel>=<value> ...
+
+who: a checkpoint's source (input, loop, update, fork), followed by "FORK of <parent>" when \
+its parent is not the previous checkpoint of its namespace; a writes event's node or task. \
+A deleted thread shows what delete_thread recorded: when, how many events, the last digest."""
+
+ThreadId = Annotated[str, typer.Argument(metavar="THREAD_ID", help="the thread to show")]
+SomeThread = Annotated[
+    str | None, typer.Argument(metavar="THREAD_ID", help="one thread (or --all)")
+]
+Every = Annotated[bool, typer.Option("--all", help="every thread under the prefix")]
+Decrypt = Annotated[
+    bool,
+    typer.Option(
+        help="decode values with EncryptedSerializer (AES key from $LANGGRAPH_AES_KEY; needs "
+        "pip install 'streamsaver[encryption]'); without it, encrypted values stay ciphertext"
+    ),
+]
+
+
+def register(app: typer.Typer) -> None:
+    epilog = escape(_SHOW_EPILOG)
+    add(app, "history", show, epilog=epilog)
+    audit = group("audit", "A thread's audit trail: show it, export it, verify its digest chain.")
+    add(audit, "show", show, epilog=epilog)
+    add(audit, "export", export)
+    add(audit, "verify", verify)
+    app.add_typer(audit)
+
+
+def _serde(decrypt: bool) -> SerializerProtocol | None:
+    if not decrypt:
+        return None
+    try:
+        import Crypto  # noqa: F401  (pycryptodome, which EncryptedSerializer's AES needs)
+    except ImportError:
+        raise InvalidInputError(
+            "--decrypt needs pycryptodome: pip install 'streamsaver[encryption]'"
+        ) from None
+    from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
+
+    return EncryptedSerializer.from_pycryptodome_aes()
+
+
+def _which(thread_id: str | None, every: bool) -> None:
+    if every == (thread_id is not None):
+        raise InvalidInputError("give a THREAD_ID or --all (not both)")
+
+
+def show(
+    thread_id: ThreadId,
+    url: Url = None,
+    prefix: Prefix = DEFAULT_PREFIX,
+    as_json: Json = False,
+    decrypt: Decrypt = False,
+) -> int:
+    """Print a thread's timeline: every event, forks marked, values in short."""
+    from ..checkpoint.saver import RedisStreamSaver
+
+    serde = _serde(decrypt)
+    with RedisStreamSaver.from_conn_string(need_url(url), prefix=prefix, serde=serde) as saver:
+        require_threads(saver, [thread_id])
+        return _show(saver, thread_id, as_json)
+
+
+def export(
+    thread_id: SomeThread = None,
+    url: Url = None,
+    prefix: Prefix = DEFAULT_PREFIX,
+    every: Every = False,
+    out: Annotated[
+        str, typer.Option("--out", metavar="FILE", help="where to write ('-': stdout)")
+    ] = "-",
+    decrypt: Decrypt = False,
+) -> int:
+    """Write threads' events, decoded, as versioned JSON lines.
+
+    One JSON line per event (raw fields and a decoded view), per thread its deletion records
+    and an end record; streams in constant memory.
+    """
+    from ..checkpoint.saver import RedisStreamSaver
+
+    _which(thread_id, every)
+    serde = _serde(decrypt)
+    with RedisStreamSaver.from_conn_string(need_url(url), prefix=prefix, serde=serde) as saver:
+        targets = saver.thread_ids(deleted=True) if every else [str(thread_id)]
+        return _export(saver, targets, out)
+
+
+def verify(
+    thread_id: SomeThread = None,
+    url: Url = None,
+    prefix: Prefix = DEFAULT_PREFIX,
+    every: Every = False,
+    file: Annotated[
+        str | None, typer.Option(metavar="FILE", help="an export file to check (no Redis)")
+    ] = None,
+    as_json: Json = False,
+    decrypt: Decrypt = False,
+) -> int:
+    """Check threads' references and digest chains; exits 1 on a reference that does not
+    resolve or at the first altered, removed or moved event.
+
+    Each thread in Redis (THREAD_ID or --all): every reference its events make must resolve,
+    and its digest chain must hold; or an export file without Redis (--file: the chain only).
+    """
+    from ..checkpoint.saver import RedisStreamSaver
+
+    if file is not None:
+        return _verify_file(file, as_json, _serde(decrypt))
+    _which(thread_id, every)
+    serde = _serde(decrypt)
+    with RedisStreamSaver.from_conn_string(need_url(url), prefix=prefix, serde=serde) as saver:
+        if thread_id is not None:
+            require_threads(saver, [thread_id])
+        targets = saver.thread_ids(deleted=True) if every else [str(thread_id)]
+        return _verify(saver, targets, as_json)
+
+
+def _show(saver: RedisStreamSaver, thread_id: str, as_json: bool) -> int:
+    from ..core.replies import jsonable
+    from ..events import SkippedEvent
+    from .render import console, deletion_line, event_line
+
+    out = console()
+    steps: dict[tuple[str, str, str], int] = {}
+    for deletion in saver.deletions(thread_id):
+        if as_json:
+            print(json.dumps({"kind": "thread_deleted", **deletion.model_dump(mode="json")}))
+        else:
+            out.print(deletion_line(deletion))
+    for event in saver.history(thread_id, values=True):
+        if isinstance(event, SkippedEvent):
+            print(f"skipped {event.id}: {event.reason}", file=sys.stderr)
+        elif as_json:
+            print(json.dumps(event.model_dump(), default=jsonable, ensure_ascii=False))
+        else:
+            out.print(event_line(event, steps, False, values=True))
+    return 0
+
+
+def _export(saver: RedisStreamSaver, targets: list[str], out: str) -> int:
+    if out == "-":
+        events = saver.export_audit(targets, sys.stdout)
+    else:
+        with open(out, "w", encoding="utf-8") as file:
+            events = saver.export_audit(targets, file)
+    print(f"exported {len(targets)} thread(s), {events} event(s)", file=sys.stderr)
+    return 0
+
+
+def _verify(saver: RedisStreamSaver, targets: list[str], as_json: bool) -> int:
+    from .progress import progress_bar
+
+    failed = 0
+    # printed as each thread is checked: the bar keeps itself below the lines on a terminal
+    with progress_bar("audit verify") as progress:
+        for done, thread_id in enumerate(targets, 1):
+            check = saver.verify_chain(thread_id)
+            failed += not check.ok
+            if progress:
+                progress(done, len(targets))
+            if as_json:
+                print(json.dumps(_chain_json(thread_id, check)))
+                continue
+            if check.problem is None:
+                print(f"{thread_id!r}: {check.events} event(s), chain intact, head {check.head}")
+            else:
+                print(f"{thread_id!r}: BROKEN at {check.problem}")
+            for line in check.references:
+                print(f"{thread_id!r}: {line}")
+            if check.unchecked:
+                print(f"{thread_id!r}: {check.unchecked}", file=sys.stderr)
+    if not as_json:
+        print(f"verified {len(targets)} thread(s): {failed} broken")
+    return 1 if failed else 0
+
+
+def _chain_json(thread_id: str, check: ChainCheck) -> dict[str, object]:
+    return {
+        "thread_id": thread_id,
+        "ok": check.ok,
+        "events": check.events,
+        "head": check.head,
+        "problem": None if check.problem is None else str(check.problem),
+        "references": check.references,
+    }
+
+
+def _verify_file(path: str, as_json: bool, serde: SerializerProtocol | None) -> int:
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+    from ..audit.trail import verify_export
+
+    with open(path, encoding="utf-8") as file:
+        reports = verify_export(file, serde or JsonPlusSerializer())
+    failed = [r for r in reports if r.problem is not None]
+    if as_json:
+        for report in reports:
+            print(json.dumps({"ok": report.problem is None, **dataclasses.asdict(report)}))
+        return 1 if failed else 0
+    for report in reports:
+        state = "intact" if report.problem is None else f"BROKEN: {report.problem}"
+        print(f"{report.thread_id!r}: {report.events} event(s), head {report.head}: {state}")
+    print(f"verified {len(reports)} thread(s) in {path}: {len(failed)} broken")
+    return 1 if failed else 0

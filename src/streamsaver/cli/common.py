@@ -1,0 +1,191 @@
+"""What every command of the ``streamsaver`` command line shares: the options, the exit codes,
+and the one boundary where an exception becomes one line on stderr and an exit code."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from ..core.errors import (
+    IntegrityError,
+    InvalidInputError,
+    ServerUnavailableError,
+    StreamSaverError,
+)
+
+if TYPE_CHECKING:
+    from ..checkpoint.saver import RedisStreamSaver
+
+__all__ = [
+    "EXIT_CODES",
+    "SETTINGS",
+    "Json",
+    "Prefix",
+    "ThreadNotFoundError",
+    "Url",
+    "add",
+    "group",
+    "guarded",
+    "need_url",
+    "require_threads",
+]
+
+OK, PROBLEM, USAGE, NOT_FOUND, UNAVAILABLE, INTERRUPTED = 0, 1, 2, 3, 4, 130
+
+EXIT_CODES = f"""\
+exit codes:
+  {OK}  done, nothing wrong found
+  {PROBLEM}  an integrity problem was found (verify, audit verify, rebuild, doctor)
+  {USAGE}  usage: a bad option, a missing --url, a file that cannot be read
+  {NOT_FOUND}  no such thread (history, tail, verify, audit show/verify)
+  {UNAVAILABLE}  Redis cannot be reached: down, wrong password, TLS mismatch, timeout
+  {INTERRUPTED}  interrupted (Ctrl-C)
+
+Add --debug before the command for a traceback instead of the one-line error."""
+
+Url = Annotated[
+    str | None,
+    typer.Option(
+        envvar="REDIS_URL",
+        show_envvar=False,
+        help="Redis URL, e.g. redis://localhost:6379/0 (default: $REDIS_URL)",
+    ),
+]
+Prefix = Annotated[str, typer.Option(help="key prefix of the saver")]
+Json = Annotated[bool, typer.Option("--json", help="machine-readable output (JSON)")]
+
+
+class ThreadNotFoundError(StreamSaverError):
+    """The command line was given a thread id that has no log and no deletion record."""
+
+
+def reflow(doc: str | None) -> str:
+    """A docstring as help that rich can wrap to the terminal: typer's rich mode keeps every
+    newline of a paragraph, so a docstring wrapped at 95 columns prints ragged. Paragraphs
+    with an indented line (examples, tables) keep their lines."""
+    paragraphs = inspect.cleandoc(doc or "").split("\n\n")
+    return "\n\n".join(
+        p if any(line.startswith(" ") for line in p.splitlines()) else " ".join(p.split("\n"))
+        for p in paragraphs
+    )
+
+
+def group(name: str, help: str, **options: Any) -> typer.Typer:
+    """A command group: help wrapped by rich, completion off (only the root offers it)."""
+    return typer.Typer(
+        name=name,
+        help=reflow(help),
+        no_args_is_help=True,
+        add_completion=False,
+        rich_markup_mode="rich",
+        context_settings={"help_option_names": ["-h", "--help"]},
+        **options,
+    )
+
+
+def add(target: typer.Typer, name: str, function: Callable[..., int], **options: Any) -> None:
+    """Register ``function``, which returns an exit code, as command ``name`` of ``target``,
+    behind ``guarded``."""
+
+    @functools.wraps(function)
+    def run(*args: Any, **kwargs: Any) -> None:
+        code = guarded(lambda: function(*args, **kwargs))
+        if code:
+            raise typer.Exit(code)
+
+    options.setdefault("help", reflow(function.__doc__))
+    target.command(name, **options)(run)
+
+
+@dataclass
+class Settings:
+    """What the root command's options set for the one command line a process runs."""
+
+    prog: str = "streamsaver"
+    debug: bool = False
+
+
+SETTINGS = Settings()
+
+
+def need_url(url: str | None) -> str:
+    if not url:
+        raise InvalidInputError("no Redis to talk to: pass --url or set $REDIS_URL")
+    return url
+
+
+def require_threads(saver: RedisStreamSaver, thread_ids: Sequence[str]) -> None:
+    """Raise ``ThreadNotFoundError`` for an id with neither a log nor a deletion record: a
+    mistyped id otherwise reads as an empty, intact thread."""
+    from ..core.keys import thread_keys
+
+    missing = [
+        t
+        for t in thread_ids
+        if not saver.client.exists(thread_keys(saver.prefix, t).log) and not saver.deletions(t)
+    ]
+    if missing:
+        names = ", ".join(map(repr, missing))
+        raise ThreadNotFoundError(
+            f"no thread {names} under prefix {saver.prefix!r}: check the id and --prefix "
+            f"(`streamsaver threads` lists the threads)"
+        )
+
+
+def guarded(command: Callable[[], int]) -> int:
+    """Run ``command``; an expected failure becomes one line naming the problem and the remedy
+    and its exit code (``EXIT_CODES``). --debug lets the traceback through instead."""
+    prog, debug = SETTINGS.prog, SETTINGS.debug
+    try:
+        try:
+            code = command()
+            sys.stdout.flush()
+            return code
+        except (BrokenPipeError, KeyboardInterrupt):
+            raise
+        except Exception as exc:
+            if debug:
+                raise
+            failure, line = _failure(exc)
+            if failure is None:
+                raise
+            print(f"{prog}: {line}", file=sys.stderr)
+            return failure
+    except BrokenPipeError:
+        # the reader went away (`| head`): what it wanted it has; the interpreter's final
+        # flush of stdout must not fail again on the closed pipe
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return OK
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return INTERRUPTED
+
+
+def _failure(exc: Exception) -> tuple[int | None, str]:
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.exceptions import NoPermissionError
+
+    if isinstance(exc, ThreadNotFoundError):
+        return NOT_FOUND, str(exc)
+    if isinstance(exc, ServerUnavailableError | RedisConnectionError):
+        return UNAVAILABLE, str(exc)
+    if isinstance(exc, NoPermissionError):
+        return UNAVAILABLE, (
+            f"Redis refused a command ({exc}): this user lacks a permission; "
+            f"`streamsaver acl` prints the rules a role needs"
+        )
+    if isinstance(exc, InvalidInputError):
+        return USAGE, str(exc)
+    if isinstance(exc, IntegrityError | StreamSaverError):
+        return PROBLEM, str(exc)
+    if isinstance(exc, FileNotFoundError | IsADirectoryError | PermissionError):
+        return USAGE, f"cannot open {exc.filename!r}: {exc.strerror}"
+    return None, ""

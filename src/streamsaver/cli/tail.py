@@ -1,0 +1,127 @@
+"""``streamsaver tail``: one thread's events, or every thread's, optionally as they happen."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from ..checkpoint.base import DEFAULT_PREFIX
+from ..core.errors import InvalidInputError
+from ..events import SkippedEvent
+from ..tailing.shells import Tail, TailAll
+from .common import Json, Prefix, Url, add, need_url, require_threads
+
+__all__ = ["register"]
+
+_EPILOG = """\
+output, one line per event (--json: one JSON object per line, the ThreadEvent fields):
+  <time UTC> [<thread>] <kind> ns=<namespace> step=<step> <node or task> <channels>
+
+step: a checkpoint's metadata step; for writes, the step their task ran in (when this tail \
+saw their checkpoint). node or task: the graph node of a writes event; '<node> (Send #<i>)' \
+for the step's i-th Send (e.g. a tool call; 'Send #<i>' when its node is unknown); \
+'<caller> call #<i>' for a functional-API task call; '<task> error handler' for the handler \
+of a failed task's error; 'resume' for the answer of \
+Command(resume=...), '<task> resume' for the task that consumed it; else the task id. A \
+checkpoint shows its source (input, loop, update, fork) and, when it has Sends pending, \
+'sends=<node>,...'. channels: what a writes event wrote, or the channels a checkpoint stored a \
+new value for.
+
+examples:
+  streamsaver tail my-thread               the thread's history so far
+  streamsaver tail my-thread --follow      ... then each new event, until Ctrl-C
+  streamsaver tail my-thread --from 1717000000000-3 --follow --json
+  streamsaver tail --all --follow          every thread, new events only
+  streamsaver tail --all --from '<cursor>' resume where an earlier run stopped
+
+On exit the position to resume from is printed to stderr. Events that cannot be shown \
+(unknown kind, newer schema, undecodable) are reported on stderr and skipped."""
+
+
+def register(app: typer.Typer) -> None:
+    add(app, "tail", tail, epilog=escape(_EPILOG))
+
+
+def tail(
+    thread_id: Annotated[
+        str | None, typer.Argument(metavar="THREAD_ID", help="the thread to print")
+    ] = None,
+    url: Url = None,
+    prefix: Prefix = DEFAULT_PREFIX,
+    every: Annotated[
+        bool, typer.Option("--all", help="every thread under the prefix (through the feeds)")
+    ] = False,
+    after: Annotated[
+        str | None,
+        typer.Option(
+            "--from",
+            metavar="ID",
+            help="start after this event id; '0' from the beginning (the default, except "
+            "with --all --follow: '$'), '$' only new events; with --all, a cursor printed on "
+            "exit",
+        ),
+    ] = None,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="keep waiting for new events until Ctrl-C")
+    ] = False,
+    as_json: Json = False,
+    ns: Annotated[
+        str | None, typer.Option(metavar="NAMESPACE", help="only this checkpoint namespace")
+    ] = None,
+) -> int:
+    """Print a thread's events, or every thread's, optionally as they happen.
+
+    The events of one thread (THREAD_ID) or of every thread under the prefix (--all), one
+    line each, in order within each thread.
+    """
+    from ..checkpoint.saver import RedisStreamSaver
+    from ..core.replies import jsonable
+    from .render import console, event_line
+
+    url = need_url(url)
+    if every == (thread_id is not None):
+        raise InvalidInputError("tail: give a THREAD_ID or --all (not both)")
+    start = after if after is not None else ("$" if every and follow else "0")
+
+    def skipped(item: SkippedEvent) -> None:
+        print(f"streamsaver tail: skipped {item.stream} {item.id}: {item.reason}", file=sys.stderr)
+
+    # SIGTERM ends the tail like Ctrl-C: the connection is closed and the position printed
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    steps: dict[tuple[str, str, str], int] = {}
+    out = console()
+    with RedisStreamSaver.from_conn_string(url, prefix=prefix) as saver:
+        reader: Tail | TailAll
+        if every:
+            reader = saver.tail_all(after=start, follow=follow, checkpoint_ns=ns, on_skip=skipped)
+        else:
+            assert thread_id is not None
+            reader = saver.tail(
+                thread_id, after=start, follow=follow, checkpoint_ns=ns, on_skip=skipped
+            )
+            if not follow:
+                # after tail() checked the options: a usage error is reported before this.
+                # With --follow, waiting for a thread that has not started yet is the point
+                require_threads(saver, [thread_id])
+        try:
+            with reader:
+                for event in reader:
+                    if as_json:
+                        print(json.dumps(event.model_dump(), default=jsonable), flush=True)
+                    else:
+                        out.print(event_line(event, steps, every))
+                        out.file.flush()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            if isinstance(reader, TailAll):
+                resume = f"'{reader.cursor.model_dump_json()}'"
+            else:
+                resume = reader.position or start
+            print(f"streamsaver tail: resume with --from {resume}", file=sys.stderr)
+    return 0

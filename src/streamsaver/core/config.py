@@ -1,0 +1,92 @@
+"""Reading what a call targets out of a ``RunnableConfig``, with errors that say how to fix it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+from uuid import UUID
+
+from langchain_core.runnables import RunnableConfig
+
+from .errors import InvalidConfigError
+
+__all__ = ["Target", "before_id", "make_config", "target_of"]
+
+_EXAMPLE = "{'configurable': {'thread_id': 'my-thread'}}"
+
+
+class Target(NamedTuple):
+    thread_id: str
+    checkpoint_ns: str
+    checkpoint_id: str | None
+
+
+def _configurable(config: object) -> Mapping[str, Any]:
+    if not isinstance(config, Mapping):
+        raise InvalidConfigError(
+            f"config must be a mapping such as {_EXAMPLE}, got {type(config).__name__}: {config!r}"
+        )
+    conf = config.get("configurable")
+    if not isinstance(conf, Mapping):
+        raise InvalidConfigError(
+            f"config has no 'configurable' mapping (got {conf!r}); pass a config such as {_EXAMPLE}"
+        )
+    return conf
+
+
+def _optional_str(conf: Mapping[str, Any], key: str, default: str | None) -> str | None:
+    value = conf.get(key, default)
+    if value is None or isinstance(value, str):
+        return value
+    raise InvalidConfigError(
+        f"config['configurable'][{key!r}] must be a string, got {type(value).__name__}: {value!r}"
+    )
+
+
+def thread_id_str(thread_id: object, where: str) -> str:
+    # LangGraph users pass UUIDs and ints as thread ids; both have one obvious string form.
+    if isinstance(thread_id, str):
+        return thread_id
+    if isinstance(thread_id, (int, UUID)) and not isinstance(thread_id, bool):
+        return str(thread_id)
+    if thread_id is None:
+        raise InvalidConfigError(
+            f"{where} is missing: every call needs the thread to act on, e.g. config={_EXAMPLE}"
+        )
+    raise InvalidConfigError(
+        f"{where} must be a str, int or UUID, got {type(thread_id).__name__}: {thread_id!r}"
+    )
+
+
+def target_of(config: object) -> Target:
+    conf = _configurable(config)
+    thread_id = thread_id_str(conf.get("thread_id"), "config['configurable']['thread_id']")
+    ns = _optional_str(conf, "checkpoint_ns", "") or ""
+    checkpoint_id = _optional_str(conf, "checkpoint_id", None) or None
+    return Target(thread_id, ns, checkpoint_id)
+
+
+def before_id(before: object) -> str | None:
+    """The id bound of ``list(before=...)``. It is only an id: LangGraph's subgraph replay
+    passes ``{'configurable': {'checkpoint_id': <a parent checkpoint's id>}}``, with no
+    thread_id and an id from another namespace, so neither is looked at."""
+    if before is None:
+        return None
+    conf = before.get("configurable") if isinstance(before, Mapping) else None
+    checkpoint_id = conf.get("checkpoint_id") if isinstance(conf, Mapping) else None
+    if not isinstance(checkpoint_id, str) or not checkpoint_id:
+        raise InvalidConfigError(
+            f"before names no checkpoint_id: {before!r}; pass None for no bound, or a config "
+            f"such as {{'configurable': {{'checkpoint_id': '<id>'}}}} (list returns ids below it)"
+        )
+    return checkpoint_id
+
+
+def make_config(thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> RunnableConfig:
+    return {
+        "configurable": {
+            "thread_id": thread_id,
+            "checkpoint_ns": checkpoint_ns,
+            "checkpoint_id": checkpoint_id,
+        }
+    }

@@ -1,0 +1,148 @@
+-- The references the events of a thread's log make, checked one event at a time, for
+-- checkpoint/verify.lua (one script) and checkpoint/verify_slice.lua (in slices), against `ptr`, the pointers a
+-- replay of that very log projected (so what live indexes hold does not matter here):
+--   a checkpoint's channel versions (cv) each resolve to a stored value: a pointer to an
+--     existing field, down every append part's base to a whole value, every shared part naming
+--     a writes event's field; its own value parts likewise;
+--   its parent is a checkpoint of its namespace in the log;
+--   a writes event's checkpoint is in the log (writes may precede their checkpoint);
+--   a copy's copy_of and origin are well-formed.
+-- ref_checker(log, ptr, report, seen, want) returns check(eid, f), which calls report(eid,
+-- what) per reference that does not resolve, seen(key) per checkpoint (key: lp(ns) .. id) and
+-- want(key, eid, what) per checkpoint an event needs in the log. A log that starts with a
+-- prune's tombstone had its head trimmed on purpose: parents and checkpoints of writes may be
+-- among what it trimmed, so callers report what is still wanted at the end only otherwise.
+-- Events replay skips as malformed are not looked into (they are counted as skipped); those
+-- skipped for a reference are reported here.
+local ID = '^%d+%-%d+$'
+
+local function ref_checker(log, ptr, report, seen, want)
+  local memo = {}
+
+  -- nil when (ns p, channel, version) resolves to a whole value, else why not
+  local function resolve(p, channel, version)
+    local key = p .. lp(channel) .. version
+    local known = memo[key]
+    if known ~= nil then
+      return known or nil
+    end
+    local problem
+    local ref = redis.call('HGET', ptr, 'b' .. key)
+    if not ref then
+      problem = 'version ' .. version .. ' has no stored value'
+    else
+      local eid, field, base = string.match(ref, '^(%S+) (%S+) ?(.*)$')
+      local f = entry_fields(log, eid, {})
+      if f == nil or f[field] == nil then
+        problem = 'version ' .. version .. ' is stored in event ' .. eid .. ', which is missing'
+      else
+        problem = shared_problem(log, f[field], {})
+        if problem then
+          problem = 'version ' .. version .. ' is ' .. problem
+        elseif base ~= '' then
+          problem = resolve(p, channel, base)
+        end
+      end
+    end
+    memo[key] = problem or false
+    return problem
+  end
+
+  local function check_checkpoint_refs(eid, f)
+    local nv = checkpoint_shape(f)
+    if not nv then
+      return
+    end
+    local p = lp(f.ns)
+    local what = 'checkpoint ' .. f.id .. ': channel '
+    for i = 1, #nv, 3 do
+      local problem = shared_problem(log, f['b' .. ((i - 1) / 3)], {})
+      if not problem and nv[i + 2] ~= '' then
+        problem = resolve(p, nv[i], nv[i + 2])
+      end
+      if problem then
+        report(eid, what .. nv[i] .. ' version ' .. nv[i + 1] .. ': ' .. problem)
+      end
+    end
+    local cv = cmsgpack.unpack(f.cv)
+    for i = 1, #cv, 2 do
+      local problem = resolve(p, cv[i], cv[i + 1])
+      if problem then
+        report(eid, what .. cv[i] .. ' version ' .. cv[i + 1] .. ': ' .. problem)
+      end
+    end
+    if f.parent ~= nil and f.parent ~= '' then
+      want(p .. f.parent, eid, 'checkpoint ' .. f.id .. ': its parent ' ..
+        f.parent .. ' (ns ' .. f.ns .. ') is not in the log')
+    end
+  end
+
+  return function(eid, f)
+    if f.origin ~= nil and not string.match(f.origin, ID) then
+      report(eid, 'origin ' .. f.origin .. ' is not an event id')
+    end
+    if f.copy_of ~= nil then
+      local ok, c = pcall(cmsgpack.unpack, f.copy_of)
+      if not ok or type(c) ~= 'table' or type(c[1]) ~= 'string' or type(c[2]) ~= 'string'
+          or not string.match(c[2], ID) then
+        report(eid, 'copy_of is not [source thread, event id]')
+      end
+    end
+    if f.k == 'checkpoint' then
+      if type(f.ns) == 'string' and type(f.id) == 'string' then
+        seen(lp(f.ns) .. f.id)
+      end
+      check_checkpoint_refs(eid, f)
+    elseif f.k == 'writes' and check_writes(f) then
+      want(lp(f.ns) .. f.id, eid, 'writes of checkpoint ' .. f.id .. ' (ns ' .. f.ns ..
+        '), which is not in the log')
+    end
+  end
+end
+
+-- A checkpoint's pending writes may be held as one list or one field each (pending_writes()
+-- reads both; which one depends on the version that wrote them and on how many there are),
+-- so verify compares them by what they hold, through their "w" field; the "v"/"u" fields
+-- behind it are read there, not compared one by one, nor reported missing or extra.
+local function behind_writes(k)
+  local kind = string.sub(k, 1, 1)
+  return kind == 'v' or kind == 'u'
+end
+
+-- Whether the live indexes may lack field k of the replay's ptr: besides the fields behind
+-- the writes, 'm' (checkpoint/projection.lua's apply_delete), which indexes projected before it existed
+-- lack; checkpoint/delete_thread.lua then reads the records instead, so its absence costs time, not truth.
+local function may_lack(k)
+  return behind_writes(k) or k == 'm'
+end
+
+-- How verify compares one ptr field of the live indexes (`live`) with the replay's
+-- (`rebuilt`), given its value in `live` (v) and in `rebuilt` (theirs, nil when absent):
+-- nil when they agree, else the problem's word ('differs', or 'extra' with no `theirs`).
+local function ptr_problem(live, rebuilt, k, v, theirs)
+  if behind_writes(k) then
+    return nil
+  end
+  if theirs == nil then
+    return 'extra'
+  end
+  if theirs == v then
+    return nil
+  end
+  if string.sub(k, 1, 1) ~= 'w' then
+    return 'differs'
+  end
+  local ns, cid = split_lp(string.sub(k, 2))
+  local p = lp(ns)
+  local ok_a, a = pcall(pending_writes, live, p, cid)
+  local ok_b, b = pcall(pending_writes, rebuilt, p, cid)
+  if not (ok_a and ok_b) or #a ~= #b then
+    return 'differs'
+  end
+  for i = 1, #a do
+    if a[i] ~= b[i] then
+      return 'differs'
+    end
+  end
+  return nil
+end

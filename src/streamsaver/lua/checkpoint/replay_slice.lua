@@ -1,0 +1,85 @@
+-- One slice of a thread's rebuild: checkpoint/replay.lua's work cut into calls of a few ms each, so a
+-- long log never holds the server (which runs one script at a time) for seconds.
+-- The slices replay the log into scratch keys, in order; writers meanwhile project onto the
+-- live keys as always. The slice that reaches the log's end swaps the scratch keys in within
+-- the same call: nothing can be appended between its last XRANGE and the swap, so no write
+-- is lost, and the result is what one checkpoint/replay.lua call would have given at that moment.
+-- A log rewritten under the slices (a compaction or a deletion removed entries already
+-- replayed) or scratch keys gone (expired, another rebuild) start the replay again.
+-- KEYS: log ix ptr scratch-ix scratch-ptr scratch-state (one slot)
+-- ARGV[1]: '' to start, else the id of the last event the previous slice applied
+-- ARGV[2]: most events applied in this call   ARGV[3]: ms after which it stops (after an event)
+-- Returns {'more' or 'done', last event id applied, 1 if it started from the log's first
+-- event (earlier slices' counts no longer count) else 0, applied, skipped, "<id> <reason>" per
+-- event skipped (at most 100)}.
+local log, ix, ptr, sx, sp, st = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local most, budget = tonumber(ARGV[2]), tonumber(ARGV[3])
+
+local first_id = first_entry_id(log)
+local start, fresh = '-', 1
+if ARGV[1] ~= '' then
+  local state = redis.call('HMGET', st, 'at', 'first')
+  -- every entry up to the cursor still there: only appends happened since (XADD never inserts
+  -- before the last id); a trim removes the first entry, a deletion the cursor's
+  if state[1] == ARGV[1] and state[2] == first_id and
+      #redis.call('XRANGE', log, ARGV[1], ARGV[1]) == 1 then
+    start, fresh = '(' .. ARGV[1], 0
+  end
+end
+if fresh == 1 then
+  -- an abandoned rebuild's scratch keys may be large: freed in the background
+  redis.call('UNLINK', sx, sp, st)
+end
+
+local out = {'more', ARGV[1], fresh, 0, 0}
+local applied, skipped, last, done = 0, 0, nil, false
+-- a fresh start's scratch keys are empty: no read needs to fall through to them
+sink = buffered(fresh == 0)
+local stop = false
+units_begin()
+while not stop do
+  local batch = redis.call('XRANGE', log, start, '+', 'COUNT', 10)
+  for _, e in ipairs(batch) do
+    local ok, why = apply(log, sx, sp, e[1], fields_of(e[2]))
+    if ok then
+      applied = applied + 1
+    else
+      skipped = skipped + 1
+      if #out < 105 then
+        out[#out + 1] = e[1] .. ' ' .. why
+      end
+    end
+    last = e[1]
+    if applied + skipped >= most or over(budget) then
+      stop = true
+      break
+    end
+  end
+  if not stop and #batch < 10 then
+    done = true
+    break
+  end
+  start = '(' .. last
+end
+sink.flush({[sx] = true})
+sink = direct
+out[4], out[5] = applied, skipped
+
+if not done then
+  out[2] = last
+  save_slice(st, {at = last, first = first_id}, {sx, sp, st})
+  return out
+end
+out[1], out[2] = 'done', last or ARGV[1]
+for _, pair in ipairs({{sx, ix}, {sp, ptr}}) do
+  -- RENAME would free the old index in this call; UNLINK frees it in the background
+  redis.call('UNLINK', pair[2])
+  if redis.call('EXISTS', pair[1]) == 1 then
+    redis.call('RENAME', pair[1], pair[2])
+    -- the scratch key's expiry came with it: the rebuilt indexes follow the log instead
+    redis.call('PERSIST', pair[2])
+  end
+end
+redis.call('DEL', st)
+expire_thread(log, {ix, ptr}, 0)
+return out

@@ -1,0 +1,132 @@
+"""One thread's log (``ThreadTail``), and what every reader core shares (options, ``_Reader``)."""
+
+from __future__ import annotations
+
+from ..core.codec import Codec
+from ..core.config import thread_id_str
+from ..core.errors import InvalidInputError
+from ..core.keys import thread_keys
+from ..core.nodes import SendTargets
+from ..core.stream_ids import is_entry_id
+from ..events import SkippedEvent
+from .decode import _check, _id_key, _in_namespace, decode_event, entries, streams
+from .naming import SEEN, name_batch
+from .steps import DEFAULT_BLOCK_MS, DEFAULT_COUNT, Batch, Block, Deliver, Report, Step, TailFlow
+
+
+def _positive(value: object, name: str, low: int = 1) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        raise InvalidInputError(f"{name}={value!r}: give an int >= {low}")
+    return value
+
+
+def _after(after: object) -> str:
+    """``"$"``, ``"0"`` or a stream id, as a position: ``"$"`` or an exact id."""
+    if after == "$":
+        return "$"
+    if after in ("0", 0):
+        return "0-0"
+    if isinstance(after, bytes):
+        after = after.decode()
+    if is_entry_id(after):
+        return after
+    raise InvalidInputError(
+        f"after={after!r}: give '$' (only new events), '0' (from the beginning) or a stream id "
+        f"'<ms>-<seq>' to resume exactly after it"
+    )
+
+
+def _namespace(checkpoint_ns: object) -> str | None:
+    if checkpoint_ns is None or isinstance(checkpoint_ns, str):
+        return checkpoint_ns
+    raise InvalidInputError(f"checkpoint_ns={checkpoint_ns!r}: give a string or None")
+
+
+class _Reader:
+    def __init__(self, codec: Codec, on_skip: Report | None) -> None:
+        self.codec = codec
+        self.on_skip = on_skip
+        self.skipped = 0
+        # the Send targets of the checkpoints read, to name their Sends' writes (naming.py)
+        self.sends = SendTargets(SEEN)
+
+    def report(self, skipped: SkippedEvent) -> None:
+        self.skipped += 1
+        if self.on_skip is not None:
+            self.on_skip(skipped)
+
+
+# --- one thread ------------------------------------------------------------------------------
+
+
+class ThreadTail(_Reader):
+    """One thread's events in log order. ``position`` is the id of the last entry handed over
+    or skipped: ``after=position`` resumes exactly after it."""
+
+    def __init__(
+        self,
+        prefix: str,
+        codec: Codec,
+        thread_id: object,
+        *,
+        after: object = "$",
+        follow: bool = True,
+        checkpoint_ns: object = None,
+        block_ms: int = DEFAULT_BLOCK_MS,
+        count: int = DEFAULT_COUNT,
+        on_skip: Report | None = None,
+    ) -> None:
+        super().__init__(codec, on_skip)
+        self.thread_id = thread_id_str(thread_id, "thread_id")
+        self.log = thread_keys(prefix, self.thread_id).log
+        self.after = _after(after)
+        self.follow = bool(follow)
+        self.ns = _namespace(checkpoint_ns)
+        self.block_ms = _positive(block_ms, "block_ms")
+        self.count = _positive(count, "count")
+        self.position: str | None = None if self.after == "$" else self.after
+
+    def _last(self) -> Step:
+        (reply,) = yield Batch((("XREVRANGE", self.log, "+", "-", "COUNT", 1),))
+        last = entries(_check(reply))
+        return last[0][0] if last else "0-0"
+
+    def run(self) -> TailFlow:
+        pos = self.after
+        if pos == "$" or not self.follow:
+            last = yield from self._last()
+            if pos == "$":
+                pos = last
+            end = last
+        self.position = pos
+        while True:
+            if self.follow:
+                reply = yield Block(
+                    (
+                        "XREAD",
+                        "COUNT",
+                        self.count,
+                        "BLOCK",
+                        self.block_ms,
+                        "STREAMS",
+                        self.log,
+                        pos,
+                    ),
+                    self.log,
+                    self.block_ms,
+                )
+                batch = [e for key, es in streams(_check(reply)) if key == self.log for e in es]
+            else:
+                if _id_key(pos) >= _id_key(end):
+                    return
+                (reply,) = yield Batch((("XRANGE", self.log, "(" + pos, end, "COUNT", self.count),))
+                batch = entries(_check(reply))
+                if not batch:
+                    return
+            decoded = [(decode_event(self.codec, self.log, i, f or {}), i) for i, f in batch]
+            for item, entry_id in name_batch(self.sends, decoded):
+                pos = self.position = entry_id
+                if isinstance(item, SkippedEvent):
+                    self.report(item)
+                elif _in_namespace(item, self.ns):
+                    yield Deliver(item)
