@@ -27,10 +27,11 @@ the async variant awaits it with :data:`ASYNC` (``ainvoke``/``aget_state``/...).
 
 from __future__ import annotations
 
+import itertools
 import operator
 import re
 from collections.abc import Callable, Coroutine, Mapping
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Concatenate, ParamSpec, TypeVar
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
@@ -44,6 +45,7 @@ Graph = CompiledStateGraph[Any, Any, Any, Any]
 Durability = str | None  # None: langgraph's default ("async")
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 # --------------------------------------------------------------------------- #
 # normalization
@@ -213,6 +215,85 @@ def _durability(durability: Durability) -> dict[str, Any]:
     return {} if durability is None else {"durability": durability}
 
 
+def _begin(
+    api: ApiFactory, graph: Graph, thread_id: str, **extra: Any
+) -> tuple[Api, Normalizer, RunnableConfig, Observed]:
+    """A scenario's graph on its API, a fresh normalizer, its thread and its empty record."""
+    return api(graph), Normalizer(), thread(thread_id, **extra), {}
+
+
+async def _end(
+    g: Api, norm: Normalizer, cfg: RunnableConfig, obs: Observed, *, subgraphs: bool = False
+) -> Observed:
+    """*obs* with the thread's last state and its whole history."""
+    obs["state"] = norm(await g.get_state(cfg, subgraphs=subgraphs))
+    obs["history"] = norm(await g.history(cfg))
+    return obs
+
+
+def _sync_and_async(
+    scenario: Callable[
+        Concatenate[BaseCheckpointSaver[Any], ApiFactory, P], Coroutine[Any, Any, Observed]
+    ],
+) -> tuple[
+    Callable[Concatenate[BaseCheckpointSaver[Any], P], Observed],
+    Callable[Concatenate[BaseCheckpointSaver[Any], P], Coroutine[Any, Any, Observed]],
+]:
+    """The two public variants of a scenario: run on the sync API, awaited on the async one."""
+
+    def on_sync(
+        checkpointer: BaseCheckpointSaver[Any], /, *args: P.args, **kw: P.kwargs
+    ) -> Observed:
+        return run_sync(scenario(checkpointer, SYNC, *args, **kw))
+
+    async def on_async(
+        checkpointer: BaseCheckpointSaver[Any], /, *args: P.args, **kw: P.kwargs
+    ) -> Observed:
+        return await scenario(checkpointer, ASYNC, *args, **kw)
+
+    return on_sync, on_async
+
+
+def _chain(state: type[Any], **nodes: Any) -> StateGraph[Any, Any, Any, Any]:
+    """A graph that runs *nodes* one after another, in the order given."""
+    builder = StateGraph(state)
+    for name, node in nodes.items():
+        builder.add_node(name, node)
+    for before, after in itertools.pairwise([START, *nodes, END]):
+        builder.add_edge(before, after)
+    return builder
+
+
+def _fan_in(
+    state: type[Any], *branches: Callable[..., Any], join: Callable[..., Any]
+) -> StateGraph[Any, Any, Any, Any]:
+    """*branches* side by side in one step, then *join* once all of them are done."""
+    builder = StateGraph(state)
+    for node in (*branches, join):
+        builder.add_node(node.__name__, node)
+    for node in branches:
+        builder.add_edge(START, node.__name__)
+    builder.add_edge([node.__name__ for node in branches], join.__name__)
+    builder.add_edge(join.__name__, END)
+    return builder
+
+
+def map_reduce(
+    state: type[Any], route: Callable[[Any], list[Send]], **nodes: Any
+) -> StateGraph[Any, Any, Any, Any]:
+    """Three *nodes*: the first; the second once for each Send that *route* makes of the
+    first's state; then the third."""
+    plan, worker, collect = nodes
+    builder = StateGraph(state)
+    for name, node in nodes.items():
+        builder.add_node(name, node)
+    builder.add_edge(START, plan)
+    builder.add_conditional_edges(plan, route, [worker])
+    builder.add_edge(worker, collect)
+    builder.add_edge(collect, END)
+    return builder
+
+
 # --------------------------------------------------------------------------- #
 # 1. linear graph with a reducer, several invocations on one thread
 # --------------------------------------------------------------------------- #
@@ -233,19 +314,12 @@ def build_linear(checkpointer: BaseCheckpointSaver[Any]) -> Graph:
     def third(state: LinearState) -> dict[str, Any]:
         return {"log": ["third"], "total": state["total"] * 10}
 
-    builder = StateGraph(LinearState)
-    builder.add_node("first", first)
-    builder.add_node("second", second)
-    builder.add_node("third", third)
-    builder.add_edge(START, "first")
-    builder.add_edge("first", "second")
-    builder.add_edge("second", "third")
-    builder.add_edge("third", END)
+    builder = _chain(LinearState, first=first, second=second, third=third)
     return builder.compile(checkpointer=checkpointer)
 
 
 async def _linear(
-    cp: BaseCheckpointSaver[Any], api: ApiFactory, durability: Durability
+    cp: BaseCheckpointSaver[Any], api: ApiFactory, durability: Durability = None
 ) -> Observed:
     g = api(build_linear(cp))
     norm = Normalizer()
@@ -268,14 +342,7 @@ async def _linear(
     }
 
 
-def linear(checkpointer: BaseCheckpointSaver[Any], durability: Durability = None) -> Observed:
-    return run_sync(_linear(checkpointer, SYNC, durability))
-
-
-async def alinear(
-    checkpointer: BaseCheckpointSaver[Any], durability: Durability = None
-) -> Observed:
-    return await _linear(checkpointer, ASYNC, durability)
+linear, alinear = _sync_and_async(_linear)
 
 
 # --------------------------------------------------------------------------- #
@@ -302,39 +369,24 @@ def build_review(checkpointer: BaseCheckpointSaver[Any]) -> Graph:
     def publish(state: ReviewState) -> dict[str, Any]:
         return {"log": ["published"]}
 
-    builder = StateGraph(ReviewState)
-    builder.add_node("draft", draft)
-    builder.add_node("review", review)
-    builder.add_node("publish", publish)
-    builder.add_edge(START, "draft")
-    builder.add_edge("draft", "review")
-    builder.add_edge("review", "publish")
-    builder.add_edge("publish", END)
+    builder = _chain(ReviewState, draft=draft, review=review, publish=publish)
     return builder.compile(checkpointer=checkpointer)
 
 
-async def _hitl(cp: BaseCheckpointSaver[Any], api: ApiFactory, durability: Durability) -> Observed:
-    g = api(build_review(cp))
-    norm = Normalizer()
+async def _hitl(
+    cp: BaseCheckpointSaver[Any], api: ApiFactory, durability: Durability = None
+) -> Observed:
+    g, norm, cfg, obs = _begin(api, build_review(cp), "hitl")
     dur = _durability(durability)
-    cfg = thread("hitl")
-    obs: Observed = {}
     obs["run1"] = norm(await g.invoke({"topic": "redis", "log": []}, cfg, **dur))
     obs["state1"] = norm(await g.get_state(cfg))
     obs["run2"] = norm(await g.invoke(Command(resume="yes"), cfg, **dur))
     obs["state2"] = norm(await g.get_state(cfg))
     obs["run3"] = norm(await g.invoke(Command(resume="sure"), cfg, **dur))
-    obs["state"] = norm(await g.get_state(cfg))
-    obs["history"] = norm(await g.history(cfg))
-    return obs
+    return await _end(g, norm, cfg, obs)
 
 
-def hitl(checkpointer: BaseCheckpointSaver[Any], durability: Durability = None) -> Observed:
-    return run_sync(_hitl(checkpointer, SYNC, durability))
-
-
-async def ahitl(checkpointer: BaseCheckpointSaver[Any], durability: Durability = None) -> Observed:
-    return await _hitl(checkpointer, ASYNC, durability)
+hitl, ahitl = _sync_and_async(_hitl)
 
 
 # 2b. two parallel nodes interrupt in the same step; resumed by interrupt id
@@ -354,22 +406,11 @@ def build_parallel_interrupts(checkpointer: BaseCheckpointSaver[Any]) -> Graph:
     def join(state: PairState) -> dict[str, Any]:
         return {"answers": [f"joined:{len(state['answers'])}"]}
 
-    builder = StateGraph(PairState)
-    builder.add_node("ask_a", ask_a)
-    builder.add_node("ask_b", ask_b)
-    builder.add_node("join", join)
-    builder.add_edge(START, "ask_a")
-    builder.add_edge(START, "ask_b")
-    builder.add_edge(["ask_a", "ask_b"], "join")
-    builder.add_edge("join", END)
-    return builder.compile(checkpointer=checkpointer)
+    return _fan_in(PairState, ask_a, ask_b, join=join).compile(checkpointer=checkpointer)
 
 
 async def _parallel_interrupts(cp: BaseCheckpointSaver[Any], api: ApiFactory) -> Observed:
-    g = api(build_parallel_interrupts(cp))
-    norm = Normalizer()
-    cfg = thread("pair")
-    obs: Observed = {}
+    g, norm, cfg, obs = _begin(api, build_parallel_interrupts(cp), "pair")
     first = await g.invoke({"answers": []}, cfg)
     # __interrupt__ lists the interrupts in task completion order (thread timing): sort
     # them by value *before* normalizing, so that their ids get labels in a fixed order
@@ -381,17 +422,10 @@ async def _parallel_interrupts(cp: BaseCheckpointSaver[Any], api: ApiFactory) ->
     # resume both interrupts at once, addressing them by the ids the saver gave back
     answers = {i.id: f"answer-{i.value}" for i in state.interrupts}
     obs["run2"] = norm(await g.invoke(Command(resume=answers), cfg))
-    obs["state"] = norm(await g.get_state(cfg))
-    obs["history"] = norm(await g.history(cfg))
-    return obs
+    return await _end(g, norm, cfg, obs)
 
 
-def parallel_interrupts(checkpointer: BaseCheckpointSaver[Any]) -> Observed:
-    return run_sync(_parallel_interrupts(checkpointer, SYNC))
-
-
-async def aparallel_interrupts(checkpointer: BaseCheckpointSaver[Any]) -> Observed:
-    return await _parallel_interrupts(checkpointer, ASYNC)
+parallel_interrupts, aparallel_interrupts = _sync_and_async(_parallel_interrupts)
 
 
 # --------------------------------------------------------------------------- #
@@ -400,10 +434,7 @@ async def aparallel_interrupts(checkpointer: BaseCheckpointSaver[Any]) -> Observ
 
 
 async def _time_travel(cp: BaseCheckpointSaver[Any], api: ApiFactory) -> Observed:
-    g = api(build_linear(cp))
-    norm = Normalizer()
-    cfg = thread("travel")
-    obs: Observed = {}
+    g, norm, cfg, obs = _begin(api, build_linear(cp), "travel")
     obs["run1"] = norm(await g.invoke({"log": ["start"], "total": 1}, cfg))
     obs["run2"] = norm(await g.invoke({"log": ["again"], "total": 2}, cfg))
     history = await g.history(cfg)
@@ -422,17 +453,10 @@ async def _time_travel(cp: BaseCheckpointSaver[Any], api: ApiFactory) -> Observe
     # replay from an old checkpoint: the snapshot of run2 about to run "first"
     replay_from = next(s for s in history if s.next == ("first",))
     obs["replay_run"] = norm(await g.invoke(None, replay_from.config))
-    obs["state"] = norm(await g.get_state(cfg))
-    obs["history"] = norm(await g.history(cfg))
-    return obs
+    return await _end(g, norm, cfg, obs)
 
 
-def time_travel(checkpointer: BaseCheckpointSaver[Any]) -> Observed:
-    return run_sync(_time_travel(checkpointer, SYNC))
-
-
-async def atime_travel(checkpointer: BaseCheckpointSaver[Any]) -> Observed:
-    return await _time_travel(checkpointer, ASYNC)
+time_travel, atime_travel = _sync_and_async(_time_travel)
 
 
 # --------------------------------------------------------------------------- #
@@ -460,14 +484,9 @@ def build_nested(checkpointer: BaseCheckpointSaver[Any]) -> Graph:
     def child_finish(state: ChildState) -> dict[str, Any]:
         return {"items": ["child-finish"]}
 
-    child = StateGraph(ChildState)
-    child.add_node("child_prepare", child_prepare)
-    child.add_node("child_ask", child_ask)
-    child.add_node("child_finish", child_finish)
-    child.add_edge(START, "child_prepare")
-    child.add_edge("child_prepare", "child_ask")
-    child.add_edge("child_ask", "child_finish")
-    child.add_edge("child_finish", END)
+    child = _chain(
+        ChildState, child_prepare=child_prepare, child_ask=child_ask, child_finish=child_finish
+    )
     child_graph = child.compile()  # inherits the parent's checkpointer
 
     def before(state: ParentState) -> dict[str, Any]:
@@ -476,22 +495,12 @@ def build_nested(checkpointer: BaseCheckpointSaver[Any]) -> Graph:
     def after(state: ParentState) -> dict[str, Any]:
         return {"items": [f"parent-after:{len(state['items'])}"]}
 
-    parent = StateGraph(ParentState)
-    parent.add_node("before", before)
-    parent.add_node("child", child_graph)
-    parent.add_node("after", after)
-    parent.add_edge(START, "before")
-    parent.add_edge("before", "child")
-    parent.add_edge("child", "after")
-    parent.add_edge("after", END)
+    parent = _chain(ParentState, before=before, child=child_graph, after=after)
     return parent.compile(checkpointer=checkpointer)
 
 
 async def _subgraph(cp: BaseCheckpointSaver[Any], api: ApiFactory) -> Observed:
-    g = api(build_nested(cp))
-    norm = Normalizer()
-    cfg = thread("nested")
-    obs: Observed = {}
+    g, norm, cfg, obs = _begin(api, build_nested(cp), "nested")
     obs["run1"] = norm(
         await g.stream({"items": ["input"]}, cfg, stream_mode="updates", subgraphs=True)
     )
@@ -514,12 +523,7 @@ async def _subgraph(cp: BaseCheckpointSaver[Any], api: ApiFactory) -> Observed:
     return obs
 
 
-def subgraph(checkpointer: BaseCheckpointSaver[Any]) -> Observed:
-    return run_sync(_subgraph(checkpointer, SYNC))
-
-
-async def asubgraph(checkpointer: BaseCheckpointSaver[Any]) -> Observed:
-    return await _subgraph(checkpointer, ASYNC)
+subgraph, asubgraph = _sync_and_async(_subgraph)
 
 
 # --------------------------------------------------------------------------- #
@@ -550,35 +554,18 @@ def build_map_reduce(checkpointer: BaseCheckpointSaver[Any]) -> Graph:
     def collect(state: MapState) -> dict[str, Any]:
         return {"summary": f"{len(state['results'])}:{sum(state['results'])}"}
 
-    builder = StateGraph(MapState)
-    builder.add_node("plan", plan)
-    builder.add_node("worker", worker)
-    builder.add_node("collect", collect)
-    builder.add_edge(START, "plan")
-    builder.add_conditional_edges("plan", fan_out, ["worker"])
-    builder.add_edge("worker", "collect")
-    builder.add_edge("collect", END)
+    builder = map_reduce(MapState, fan_out, plan=plan, worker=worker, collect=collect)
     return builder.compile(checkpointer=checkpointer)
 
 
 async def _send_fanout(cp: BaseCheckpointSaver[Any], api: ApiFactory) -> Observed:
-    g = api(build_map_reduce(cp))
-    norm = Normalizer()
-    cfg = thread("map")
-    obs: Observed = {}
+    g, norm, cfg, obs = _begin(api, build_map_reduce(cp), "map")
     obs["run1"] = norm(await g.invoke({"items": [1, 2, 3], "results": []}, cfg))
     obs["run2"] = norm(await g.invoke({"items": [5, 7]}, cfg))
-    obs["state"] = norm(await g.get_state(cfg))
-    obs["history"] = norm(await g.history(cfg))
-    return obs
+    return await _end(g, norm, cfg, obs)
 
 
-def send_fanout(checkpointer: BaseCheckpointSaver[Any]) -> Observed:
-    return run_sync(_send_fanout(checkpointer, SYNC))
-
-
-async def asend_fanout(checkpointer: BaseCheckpointSaver[Any]) -> Observed:
-    return await _send_fanout(checkpointer, ASYNC)
+send_fanout, asend_fanout = _sync_and_async(_send_fanout)
 
 
 # --------------------------------------------------------------------------- #
@@ -609,29 +596,20 @@ def build_parallel_failure(checkpointer: BaseCheckpointSaver[Any], calls: dict[s
         calls["join"] += 1
         return {"log": [f"joined:{','.join(state['log'])}"]}
 
-    builder = StateGraph(ParallelState)
-    builder.add_node("a_steady", a_steady)
-    builder.add_node("b_flaky", b_flaky)
-    builder.add_node("join", join)
-    builder.add_edge(START, "a_steady")
-    builder.add_edge(START, "b_flaky")
-    builder.add_edge(["a_steady", "b_flaky"], "join")
-    builder.add_edge("join", END)
+    builder = _fan_in(ParallelState, a_steady, b_flaky, join=join)
     return builder.compile(checkpointer=checkpointer)
 
 
 async def _parallel_failure(
-    cp: BaseCheckpointSaver[Any], api: ApiFactory, durability: Durability
+    cp: BaseCheckpointSaver[Any], api: ApiFactory, durability: Durability = None
 ) -> Observed:
     calls = {"a_steady": 0, "b_flaky": 0, "join": 0}
-    g = api(build_parallel_failure(cp, calls))
-    norm = Normalizer()
-    dur = _durability(durability)
     # max_concurrency=1 runs the step's tasks one at a time in order, so a_steady
     # has finished (and its writes are committed) before b_flaky raises: without
     # it, whether the sibling's writes are saved would depend on thread timing.
-    cfg = thread("parallel", max_concurrency=1)
-    obs: Observed = {}
+    build = build_parallel_failure(cp, calls)
+    g, norm, cfg, obs = _begin(api, build, "parallel", max_concurrency=1)
+    dur = _durability(durability)
     try:
         await g.invoke({"log": ["input"]}, cfg, **dur)
     except FlakyError as exc:
@@ -643,26 +621,18 @@ async def _parallel_failure(
     obs["history_after_failure"] = norm(await g.history(cfg))
     obs["resumed"] = norm(await g.invoke(None, cfg, **dur))
     obs["calls"] = dict(calls)
-    obs["state"] = norm(await g.get_state(cfg))
-    obs["history"] = norm(await g.history(cfg))
-    return obs
+    return await _end(g, norm, cfg, obs)
 
 
-def parallel_failure(
-    checkpointer: BaseCheckpointSaver[Any], durability: Durability = None
-) -> Observed:
-    return run_sync(_parallel_failure(checkpointer, SYNC, durability))
-
-
-async def aparallel_failure(
-    checkpointer: BaseCheckpointSaver[Any], durability: Durability = None
-) -> Observed:
-    return await _parallel_failure(checkpointer, ASYNC, durability)
+parallel_failure, aparallel_failure = _sync_and_async(_parallel_failure)
 
 
 # --------------------------------------------------------------------------- #
 # 7. a long thread: history with limit / before / filter
 # --------------------------------------------------------------------------- #
+
+
+LONG_THREAD_RUNS = 40
 
 
 class CounterState(TypedDict):
@@ -677,16 +647,7 @@ def build_counter(checkpointer: BaseCheckpointSaver[Any]) -> Graph:
     def record(state: CounterState) -> dict[str, Any]:
         return {"seen": [state["count"]]}
 
-    builder = StateGraph(CounterState)
-    builder.add_node("bump", bump)
-    builder.add_node("record", record)
-    builder.add_edge(START, "bump")
-    builder.add_edge("bump", "record")
-    builder.add_edge("record", END)
-    return builder.compile(checkpointer=checkpointer)
-
-
-LONG_THREAD_RUNS = 40
+    return _chain(CounterState, bump=bump, record=record).compile(checkpointer=checkpointer)
 
 
 async def _long_thread(cp: BaseCheckpointSaver[Any], api: ApiFactory) -> Observed:
@@ -718,12 +679,7 @@ async def _long_thread(cp: BaseCheckpointSaver[Any], api: ApiFactory) -> Observe
     return obs
 
 
-def long_thread(checkpointer: BaseCheckpointSaver[Any]) -> Observed:
-    return run_sync(_long_thread(checkpointer, SYNC))
-
-
-async def along_thread(checkpointer: BaseCheckpointSaver[Any]) -> Observed:
-    return await _long_thread(checkpointer, ASYNC)
+long_thread, along_thread = _sync_and_async(_long_thread)
 
 
 # --------------------------------------------------------------------------- #
@@ -732,13 +688,10 @@ async def along_thread(checkpointer: BaseCheckpointSaver[Any]) -> Observed:
 
 
 async def _streamed_review(
-    cp: BaseCheckpointSaver[Any], api: ApiFactory, durability: Durability
+    cp: BaseCheckpointSaver[Any], api: ApiFactory, durability: Durability = None
 ) -> Observed:
-    g = api(build_review(cp))
-    norm = Normalizer()
+    g, norm, cfg, obs = _begin(api, build_review(cp), "streamed-review")
     dur = _durability(durability)
-    cfg = thread("streamed-review")
-    obs: Observed = {}
     obs["stream1"] = norm(
         await g.stream({"topic": "streams", "log": ["seed"]}, cfg, stream_mode="updates", **dur)
     )
@@ -751,21 +704,10 @@ async def _streamed_review(
             {"topic": "again", "log": ["turn2"]}, cfg, stream_mode=["updates", "values"], **dur
         )
     )
-    obs["state"] = norm(await g.get_state(cfg))
-    obs["history"] = norm(await g.history(cfg))
-    return obs
+    return await _end(g, norm, cfg, obs)
 
 
-def streamed_review(
-    checkpointer: BaseCheckpointSaver[Any], durability: Durability = None
-) -> Observed:
-    return run_sync(_streamed_review(checkpointer, SYNC, durability))
-
-
-async def astreamed_review(
-    checkpointer: BaseCheckpointSaver[Any], durability: Durability = None
-) -> Observed:
-    return await _streamed_review(checkpointer, ASYNC, durability)
+streamed_review, astreamed_review = _sync_and_async(_streamed_review)
 
 
 # --------------------------------------------------------------------------- #
@@ -798,17 +740,8 @@ def build_stateful(checkpointer: BaseCheckpointSaver[Any], *, ask: bool = False)
     def sum_up(state: ClerkState) -> dict[str, Any]:
         return {"summary": ",".join(state["visits"])}
 
-    clerk = StateGraph(ClerkState)
-    clerk.add_node("visit", visit)
-    clerk.add_node("sum_up", sum_up)
-    clerk.add_edge(START, "visit")
-    if ask:
-        clerk.add_node("confirm", confirm)
-        clerk.add_edge("visit", "confirm")
-        clerk.add_edge("confirm", "sum_up")
-    else:
-        clerk.add_edge("visit", "sum_up")
-    clerk.add_edge("sum_up", END)
+    asked = {"confirm": confirm} if ask else {}
+    clerk = _chain(ClerkState, visit=visit, **asked, sum_up=sum_up)
     clerk_graph = clerk.compile(checkpointer=True)
 
     def intake(state: DeskState) -> dict[str, Any]:
@@ -817,14 +750,7 @@ def build_stateful(checkpointer: BaseCheckpointSaver[Any], *, ask: bool = False)
     def report(state: DeskState) -> dict[str, Any]:
         return {"log": [f"report:{state['summary']}"]}
 
-    desk = StateGraph(DeskState)
-    desk.add_node("intake", intake)
-    desk.add_node("clerk", clerk_graph)
-    desk.add_node("report", report)
-    desk.add_edge(START, "intake")
-    desk.add_edge("intake", "clerk")
-    desk.add_edge("clerk", "report")
-    desk.add_edge("report", END)
+    desk = _chain(DeskState, intake=intake, clerk=clerk_graph, report=report)
     return desk.compile(checkpointer=checkpointer)
 
 
@@ -856,10 +782,7 @@ async def _whole_thread(g: Api, thread_id: str, obs: Observed, norm: Normalizer)
 
 
 async def _stateful_replay(cp: BaseCheckpointSaver[Any], api: ApiFactory) -> Observed:
-    g = api(build_stateful(cp))
-    norm = Normalizer()
-    cfg = thread("stateful")
-    obs: Observed = {}
+    g, norm, cfg, obs = _begin(api, build_stateful(cp), "stateful")
     obs["run1"] = norm(await g.invoke({"topic": "a", "summary": "", "log": []}, cfg))
     obs["run2"] = norm(await g.invoke({"topic": "b"}, cfg))
     history = await g.history(cfg)
@@ -886,19 +809,24 @@ async def _stateful_replay(cp: BaseCheckpointSaver[Any], api: ApiFactory) -> Obs
     return obs
 
 
-def stateful_replay(checkpointer: BaseCheckpointSaver[Any]) -> Observed:
-    return run_sync(_stateful_replay(checkpointer, SYNC))
+stateful_replay, astateful_replay = _sync_and_async(_stateful_replay)
 
 
-async def astateful_replay(checkpointer: BaseCheckpointSaver[Any]) -> Observed:
-    return await _stateful_replay(checkpointer, ASYNC)
+async def _replay_and_resume(
+    g: Api, norm: Normalizer, cfg: RunnableConfig, obs: Observed, into: str, answer: str
+) -> StateSnapshot:
+    """Replay the newest step into node *into*, which interrupts, and resume it with *answer*."""
+    history = await g.history(cfg)
+    obs["history_before_replay"] = norm(history)
+    replay_from = next(s for s in history if s.next == (into,))
+    obs["replay_run"] = norm(await g.invoke(None, replay_from.config))
+    obs["replay_state"] = norm(await g.get_state(cfg, subgraphs=True))
+    obs["replay_resumed"] = norm(await g.invoke(Command(resume=answer), cfg))
+    return replay_from
 
 
 async def _stateful_interrupt(cp: BaseCheckpointSaver[Any], api: ApiFactory) -> Observed:
-    g = api(build_stateful(cp, ask=True))
-    norm = Normalizer()
-    cfg = thread("stateful-ask")
-    obs: Observed = {}
+    g, norm, cfg, obs = _begin(api, build_stateful(cp, ask=True), "stateful-ask")
     obs["run1"] = norm(
         await g.stream(
             {"topic": "a", "summary": "", "log": []}, cfg, stream_mode="updates", subgraphs=True
@@ -910,13 +838,8 @@ async def _stateful_interrupt(cp: BaseCheckpointSaver[Any], api: ApiFactory) -> 
     obs["run3"] = norm(await g.invoke({"topic": "b"}, cfg))
     obs["state3"] = norm(await g.get_state(cfg, subgraphs=True))
     obs["run4"] = norm(await g.invoke(Command(resume="no"), cfg))
-    history = await g.history(cfg)
-    obs["history_before_replay"] = norm(history)
     # replay run3's step into the clerk: it interrupts again, on the clerk's state of then
-    replay_from = next(s for s in history if s.next == ("clerk",))
-    obs["replay_run"] = norm(await g.invoke(None, replay_from.config))
-    obs["replay_state"] = norm(await g.get_state(cfg, subgraphs=True))
-    obs["replay_resumed"] = norm(await g.invoke(Command(resume="again"), cfg))
+    await _replay_and_resume(g, norm, cfg, obs, "clerk", "again")
     obs["state"] = norm(await g.get_state(cfg, subgraphs=True))
     obs["history"] = norm(await g.history(cfg))
     obs["clerk_history"] = norm(await g.history(_clerk("stateful-ask")))
@@ -924,40 +847,20 @@ async def _stateful_interrupt(cp: BaseCheckpointSaver[Any], api: ApiFactory) -> 
     return obs
 
 
-def stateful_interrupt(checkpointer: BaseCheckpointSaver[Any]) -> Observed:
-    return run_sync(_stateful_interrupt(checkpointer, SYNC))
-
-
-async def astateful_interrupt(checkpointer: BaseCheckpointSaver[Any]) -> Observed:
-    return await _stateful_interrupt(checkpointer, ASYNC)
+stateful_interrupt, astateful_interrupt = _sync_and_async(_stateful_interrupt)
 
 
 async def _subgraph_time_travel(cp: BaseCheckpointSaver[Any], api: ApiFactory) -> Observed:
     """Replay and fork a parent whose subgraph (one namespace per call) interrupts."""
-    g = api(build_nested(cp))
-    norm = Normalizer()
-    cfg = thread("nested-travel")
-    obs: Observed = {}
+    g, norm, cfg, obs = _begin(api, build_nested(cp), "nested-travel")
     obs["run1"] = norm(await g.invoke({"items": ["input"]}, cfg))
     obs["run2"] = norm(await g.invoke(Command(resume="first"), cfg))
-    history = await g.history(cfg)
-    obs["history_before_replay"] = norm(history)
-    into_child = next(s for s in history if s.next == ("child",))
-    obs["replay_run"] = norm(await g.invoke(None, into_child.config))
-    obs["replay_state"] = norm(await g.get_state(cfg, subgraphs=True))
-    obs["replay_resumed"] = norm(await g.invoke(Command(resume="second"), cfg))
+    into_child = await _replay_and_resume(g, norm, cfg, obs, "child", "second")
     fork_config = await g.update_state(into_child.config, {"items": ["forked"]})
     obs["fork_state"] = norm(await g.get_state(fork_config, subgraphs=True))
     obs["fork_run"] = norm(await g.invoke(None, fork_config))
     obs["fork_resumed"] = norm(await g.invoke(Command(resume="third"), cfg))
-    obs["state"] = norm(await g.get_state(cfg, subgraphs=True))
-    obs["history"] = norm(await g.history(cfg))
-    return obs
+    return await _end(g, norm, cfg, obs, subgraphs=True)
 
 
-def subgraph_time_travel(checkpointer: BaseCheckpointSaver[Any]) -> Observed:
-    return run_sync(_subgraph_time_travel(checkpointer, SYNC))
-
-
-async def asubgraph_time_travel(checkpointer: BaseCheckpointSaver[Any]) -> Observed:
-    return await _subgraph_time_travel(checkpointer, ASYNC)
+subgraph_time_travel, asubgraph_time_travel = _sync_and_async(_subgraph_time_travel)

@@ -22,7 +22,7 @@ from langchain_core.messages import AIMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.base.id import uuid6
 from langgraph.func import entrypoint, task
-from langgraph.graph import END, START, StateGraph
+from langgraph.graph import START, StateGraph
 from langgraph.types import Command, Send, interrupt
 
 from streamsaver import AsyncRedisStreamSaver, RedisStreamSaver
@@ -30,6 +30,7 @@ from streamsaver.audit import read_export, verify_export
 from streamsaver.cli import main
 from streamsaver.events import ThreadEvent
 from streamsaver.tailing.naming import Namer
+from tests.graphs import map_reduce
 
 
 @pytest.fixture
@@ -60,14 +61,7 @@ def _review(state: State) -> dict[str, Any]:
 
 
 def _fan_out(checkpointer: Any) -> Any:
-    builder = StateGraph(State)
-    builder.add_node("agent", _agent)
-    builder.add_node("tools", _tools)  # type: ignore[call-overload]
-    builder.add_node("review", _review)
-    builder.add_edge(START, "agent")
-    builder.add_conditional_edges("agent", _route, ["tools"])
-    builder.add_edge("tools", "review")
-    builder.add_edge("review", END)
+    builder = map_reduce(State, _route, agent=_agent, tools=_tools, review=_review)
     return builder.compile(checkpointer=checkpointer)
 
 

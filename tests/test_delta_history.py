@@ -29,6 +29,7 @@ from tests.conformance_delta.spec_delta_channel_history import (
     ALL_DELTA_CHANNEL_HISTORY_TESTS,
     run_delta_channel_history_tests,
 )
+from tests.graphs import map_reduce
 from tests.test_conformance import SyncDriven
 
 # --------------------------------------------------------------------------- #
@@ -206,14 +207,9 @@ def build_delta_graph(checkpointer: BaseCheckpointSaver[Any]) -> Any:
     def done(state: State) -> dict[str, Any]:
         return {"log": f"done@{len(state['log'])}"}
 
-    g = StateGraph(State)
-    g.add_node("plan", plan)
-    g.add_node("work", work)
-    g.add_node("done", done)
-    g.add_edge(START, "plan")
-    g.add_conditional_edges("plan", fan, ["work"])
-    g.add_edge("work", "done")
-    return g.compile(checkpointer=checkpointer)
+    return map_reduce(State, fan, plan=plan, work=work, done=done).compile(
+        checkpointer=checkpointer
+    )
 
 
 def _history_values(history: Any) -> Any:

@@ -3,13 +3,15 @@
 Each test runs one scenario of ``tests/graphs.py`` twice, once on the saver under
 test and once on ``InMemorySaver`` (the reference), and requires the two
 normalized observations to be identical. Each test also checks a few concrete
-facts of the reference observation, so that two empty or degenerate records can
-never compare equal by accident.
+facts of both observations, so that two empty or degenerate records can never
+compare equal by accident, and so that a failure names the fact that broke.
 """
 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import pytest
@@ -77,20 +79,6 @@ def check_linear(obs: Observed, durability: str | None) -> None:
     assert history[0]["values"] == obs["state"]["values"]
 
 
-@pytest.mark.parametrize("durability", DURABILITIES)
-def test_linear(saver: RedisStreamSaver, durability: str | None) -> None:
-    ref = graphs.linear(InMemorySaver(), durability)
-    check_linear(ref, durability)
-    assert_same(graphs.linear(saver, durability), ref)
-
-
-@pytest.mark.parametrize("durability", DURABILITIES)
-async def test_linear_async(asaver: AsyncRedisStreamSaver, durability: str | None) -> None:
-    ref = await graphs.alinear(InMemorySaver(), durability)
-    check_linear(ref, durability)
-    assert_same(await graphs.alinear(asaver, durability), ref)
-
-
 # --------------------------------------------------------------------------- #
 # 2. human in the loop: interrupt() + Command(resume=...)
 # --------------------------------------------------------------------------- #
@@ -122,20 +110,6 @@ def check_hitl(obs: Observed) -> None:
     ]
 
 
-@pytest.mark.parametrize("durability", [None, "sync"])
-def test_hitl(saver: RedisStreamSaver, durability: str | None) -> None:
-    ref = graphs.hitl(InMemorySaver(), durability)
-    check_hitl(ref)
-    assert_same(graphs.hitl(saver, durability), ref)
-
-
-@pytest.mark.parametrize("durability", [None, "sync"])
-async def test_hitl_async(asaver: AsyncRedisStreamSaver, durability: str | None) -> None:
-    ref = await graphs.ahitl(InMemorySaver(), durability)
-    check_hitl(ref)
-    assert_same(await graphs.ahitl(asaver, durability), ref)
-
-
 def check_parallel_interrupts(obs: Observed) -> None:
     assert interrupt_values(obs["run1_interrupts"]) == ["question-a", "question-b"]
     assert obs["state1"]["next"] == ("ask_a", "ask_b")
@@ -143,18 +117,6 @@ def check_parallel_interrupts(obs: Observed) -> None:
     assert obs["run2"] == {"answers": ["a=answer-question-a", "b=answer-question-b", "joined:2"]}
     assert obs["state"]["interrupts"] == []
     assert len(obs["history"]) == 4
-
-
-def test_parallel_interrupts(saver: RedisStreamSaver) -> None:
-    ref = graphs.parallel_interrupts(InMemorySaver())
-    check_parallel_interrupts(ref)
-    assert_same(graphs.parallel_interrupts(saver), ref)
-
-
-async def test_parallel_interrupts_async(asaver: AsyncRedisStreamSaver) -> None:
-    ref = await graphs.aparallel_interrupts(InMemorySaver())
-    check_parallel_interrupts(ref)
-    assert_same(await graphs.aparallel_interrupts(asaver), ref)
 
 
 # --------------------------------------------------------------------------- #
@@ -181,18 +143,6 @@ def check_time_travel(obs: Observed) -> None:
     assert sources.count("update") == 2
     assert sources.count("fork") == 1
     assert history[0]["values"] == obs["state"]["values"]
-
-
-def test_time_travel(saver: RedisStreamSaver) -> None:
-    ref = graphs.time_travel(InMemorySaver())
-    check_time_travel(ref)
-    assert_same(graphs.time_travel(saver), ref)
-
-
-async def test_time_travel_async(asaver: AsyncRedisStreamSaver) -> None:
-    ref = await graphs.atime_travel(InMemorySaver())
-    check_time_travel(ref)
-    assert_same(await graphs.atime_travel(asaver), ref)
 
 
 # --------------------------------------------------------------------------- #
@@ -230,18 +180,6 @@ def check_subgraph(obs: Observed) -> None:
         assert [s[key] for s in obs["child_history"][2:]] == [s[key] for s in obs["child_history1"]]
 
 
-def test_subgraph(saver: RedisStreamSaver) -> None:
-    ref = graphs.subgraph(InMemorySaver())
-    check_subgraph(ref)
-    assert_same(graphs.subgraph(saver), ref)
-
-
-async def test_subgraph_async(asaver: AsyncRedisStreamSaver) -> None:
-    ref = await graphs.asubgraph(InMemorySaver())
-    check_subgraph(ref)
-    assert_same(await graphs.asubgraph(asaver), ref)
-
-
 # --------------------------------------------------------------------------- #
 # 5. Send fan-out (map-reduce)
 # --------------------------------------------------------------------------- #
@@ -261,18 +199,6 @@ def check_send_fanout(obs: Observed) -> None:
     assert [t["result"] for t in workers] == [{"results": [r]} for r in (10, 14, 400, 2, 4, 6, 600)]
 
 
-def test_send_fanout(saver: RedisStreamSaver) -> None:
-    ref = graphs.send_fanout(InMemorySaver())
-    check_send_fanout(ref)
-    assert_same(graphs.send_fanout(saver), ref)
-
-
-async def test_send_fanout_async(asaver: AsyncRedisStreamSaver) -> None:
-    ref = await graphs.asend_fanout(InMemorySaver())
-    check_send_fanout(ref)
-    assert_same(await graphs.asend_fanout(asaver), ref)
-
-
 # --------------------------------------------------------------------------- #
 # 6. parallel step with a failing node; resume must not re-run the sibling
 # --------------------------------------------------------------------------- #
@@ -282,6 +208,7 @@ def check_parallel_failure(obs: Observed) -> None:
     assert obs["error"] == "FlakyError('flaky failed on its first call')"
     assert obs["calls_after_failure"] == {"a_steady": 1, "b_flaky": 1, "join": 0}
     # the sibling's successful writes were saved: resuming did not run it again
+    assert obs["calls"]["a_steady"] == 1, "the succeeding sibling ran again on resume"
     assert obs["calls"] == {"a_steady": 1, "b_flaky": 2, "join": 1}
     failed = obs["state_after_failure"]
     assert failed["next"] == ("b_flaky",)
@@ -297,26 +224,6 @@ def check_parallel_failure(obs: Observed) -> None:
     assert obs["resumed"] == {"log": ["input", "steady", "flaky", "joined:input,steady,flaky"]}
     assert len(obs["history_after_failure"]) == 2
     assert len(obs["history"]) == 4
-
-
-@pytest.mark.parametrize("durability", [None, "sync"])
-def test_parallel_failure(saver: RedisStreamSaver, durability: str | None) -> None:
-    ref = graphs.parallel_failure(InMemorySaver(), durability)
-    check_parallel_failure(ref)
-    ours = graphs.parallel_failure(saver, durability)
-    assert ours["calls"]["a_steady"] == 1, "the succeeding sibling ran again on resume"
-    assert_same(ours, ref)
-
-
-@pytest.mark.parametrize("durability", [None, "sync"])
-async def test_parallel_failure_async(
-    asaver: AsyncRedisStreamSaver, durability: str | None
-) -> None:
-    ref = await graphs.aparallel_failure(InMemorySaver(), durability)
-    check_parallel_failure(ref)
-    ours = await graphs.aparallel_failure(asaver, durability)
-    assert ours["calls"]["a_steady"] == 1, "the succeeding sibling ran again on resume"
-    assert_same(ours, ref)
 
 
 # --------------------------------------------------------------------------- #
@@ -344,18 +251,6 @@ def check_long_thread(obs: Observed) -> None:
     assert len(obs["other_history"]) == 16
 
 
-def test_long_thread(saver: RedisStreamSaver) -> None:
-    ref = graphs.long_thread(InMemorySaver())
-    check_long_thread(ref)
-    assert_same(graphs.long_thread(saver), ref)
-
-
-async def test_long_thread_async(asaver: AsyncRedisStreamSaver) -> None:
-    ref = await graphs.along_thread(InMemorySaver())
-    check_long_thread(ref)
-    assert_same(await graphs.along_thread(asaver), ref)
-
-
 # --------------------------------------------------------------------------- #
 # 8. streaming (astream updates) with a reducer and interrupt/resume
 # --------------------------------------------------------------------------- #
@@ -381,20 +276,6 @@ def check_streamed_review(obs: Observed) -> None:
     assert obs["state"]["next"] == ("review",)
     assert obs["state"]["values"]["log"][-2:] == ["turn2", "draft:again"]
     assert len(obs["history"]) == 8
-
-
-@pytest.mark.parametrize("durability", [None, "sync"])
-def test_streamed_review(saver: RedisStreamSaver, durability: str | None) -> None:
-    ref = graphs.streamed_review(InMemorySaver(), durability)
-    check_streamed_review(ref)
-    assert_same(graphs.streamed_review(saver, durability), ref)
-
-
-@pytest.mark.parametrize("durability", [None, "sync"])
-async def test_streamed_review_async(asaver: AsyncRedisStreamSaver, durability: str | None) -> None:
-    ref = await graphs.astreamed_review(InMemorySaver(), durability)
-    check_streamed_review(ref)
-    assert_same(await graphs.astreamed_review(asaver, durability), ref)
 
 
 # --------------------------------------------------------------------------- #
@@ -442,18 +323,6 @@ def check_stateful_replay(obs: Observed) -> None:
     check_whole_thread(obs, 20, 20)
 
 
-def test_stateful_replay(saver: RedisStreamSaver) -> None:
-    ref = graphs.stateful_replay(InMemorySaver())
-    check_stateful_replay(ref)
-    assert_same(graphs.stateful_replay(saver), ref)
-
-
-async def test_stateful_replay_async(asaver: AsyncRedisStreamSaver) -> None:
-    ref = await graphs.astateful_replay(InMemorySaver())
-    check_stateful_replay(ref)
-    assert_same(await graphs.astateful_replay(asaver), ref)
-
-
 def check_stateful_interrupt(obs: Observed) -> None:
     [task] = obs["state1"]["tasks"]
     assert task["state"]["next"] == ("confirm",)
@@ -470,18 +339,6 @@ def check_stateful_interrupt(obs: Observed) -> None:
     assert len(obs["history"]) == 13
     assert len(obs["clerk_history"]) == 15
     check_whole_thread(obs, 13, 15)
-
-
-def test_stateful_interrupt(saver: RedisStreamSaver) -> None:
-    ref = graphs.stateful_interrupt(InMemorySaver())
-    check_stateful_interrupt(ref)
-    assert_same(graphs.stateful_interrupt(saver), ref)
-
-
-async def test_stateful_interrupt_async(asaver: AsyncRedisStreamSaver) -> None:
-    ref = await graphs.astateful_interrupt(InMemorySaver())
-    check_stateful_interrupt(ref)
-    assert_same(await graphs.astateful_interrupt(asaver), ref)
 
 
 def check_subgraph_time_travel(obs: Observed) -> None:
@@ -503,13 +360,51 @@ def check_subgraph_time_travel(obs: Observed) -> None:
     assert len(obs["history"]) == 11
 
 
-def test_subgraph_time_travel(saver: RedisStreamSaver) -> None:
-    ref = graphs.subgraph_time_travel(InMemorySaver())
-    check_subgraph_time_travel(ref)
-    assert_same(graphs.subgraph_time_travel(saver), ref)
+# --------------------------------------------------------------------------- #
+# every scenario, on the sync and on the async saver
+# --------------------------------------------------------------------------- #
+
+Check = Callable[[Observed], None]
 
 
-async def test_subgraph_time_travel_async(asaver: AsyncRedisStreamSaver) -> None:
-    ref = await graphs.asubgraph_time_travel(InMemorySaver())
-    check_subgraph_time_travel(ref)
-    assert_same(await graphs.asubgraph_time_travel(asaver), ref)
+def case(name: str, check: Check, *args: str | None) -> Any:
+    """A scenario of tests/graphs.py by name, the facts it must show, and its arguments."""
+    return pytest.param(name, check, args, id="-".join([name, *map(str, args)]))
+
+
+CASES = [
+    *(case("linear", partial(check_linear, durability=d), d) for d in DURABILITIES),
+    *(case("hitl", check_hitl, d) for d in (None, "sync")),
+    case("parallel_interrupts", check_parallel_interrupts),
+    case("time_travel", check_time_travel),
+    case("subgraph", check_subgraph),
+    case("send_fanout", check_send_fanout),
+    *(case("parallel_failure", check_parallel_failure, d) for d in (None, "sync")),
+    case("long_thread", check_long_thread),
+    *(case("streamed_review", check_streamed_review, d) for d in (None, "sync")),
+    case("stateful_replay", check_stateful_replay),
+    case("stateful_interrupt", check_stateful_interrupt),
+    case("subgraph_time_travel", check_subgraph_time_travel),
+]
+
+
+@pytest.mark.parametrize(("name", "check", "args"), CASES)
+def test_graph(saver: RedisStreamSaver, name: str, check: Check, args: tuple[Any, ...]) -> None:
+    scenario = getattr(graphs, name)
+    ref = scenario(InMemorySaver(), *args)
+    check(ref)
+    ours = scenario(saver, *args)
+    check(ours)
+    assert_same(ours, ref)
+
+
+@pytest.mark.parametrize(("name", "check", "args"), CASES)
+async def test_graph_async(
+    asaver: AsyncRedisStreamSaver, name: str, check: Check, args: tuple[Any, ...]
+) -> None:
+    scenario = getattr(graphs, f"a{name}")
+    ref = await scenario(InMemorySaver(), *args)
+    check(ref)
+    ours = await scenario(asaver, *args)
+    check(ours)
+    assert_same(ours, ref)
