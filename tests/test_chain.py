@@ -224,7 +224,7 @@ def test_the_writer_sends_ch_and_a_false_one_is_named(
         # the second event appended from here on claims the digest of other fields
         return written_digest([b"k", b"forged"] if next(calls) == 1 else flat)
 
-    monkeypatch.setattr("streamsaver.checkpoint.ops.written_digest", lying)
+    monkeypatch.setattr("streamsaver.checkpoint.state.written_digest", lying)
     _run(sync_saver, "t", steps=2)
     entries = _entries(redis_client, sync_saver, "t")
     problem = sync_saver.verify_chain("t").problem

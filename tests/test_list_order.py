@@ -17,7 +17,7 @@ from langgraph.checkpoint.conformance.test_utils import generate_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
 
 from streamsaver import AsyncRedisStreamSaver, RedisStreamSaver
-from streamsaver.checkpoint import ops as _ops
+from streamsaver.checkpoint import hotpath as _ops
 from streamsaver.core.keys import lp
 
 # sorted as the index sorts them: "12:zz..." comes before "1:a" ('2' < ':')

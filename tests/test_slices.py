@@ -13,7 +13,7 @@ import pytest
 import redis
 
 from streamsaver import RedisStreamSaver
-from streamsaver.checkpoint.ops import TOMBSTONE_MS
+from streamsaver.checkpoint.lifecycle import TOMBSTONE_MS
 from streamsaver.core.errors import InvalidInputError
 from streamsaver.core.flow import Each, Eval, Pause
 from streamsaver.core.keys import compact_keys, rebuild_keys, scratch_keys, thread_keys, verify_keys
