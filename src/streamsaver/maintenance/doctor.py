@@ -1,7 +1,7 @@
-"""``streamsaver doctor``: is this server fit to hold threads? One line per check, each ok,
-warn or fail with the remedy. The persistence and eviction checks are ``setup()``'s own
-(``checkpoint.ops.check_eviction``, ``checkpoint.ops.aof_everywhere``,
-``checkpoint.ops.save_points``), not a second copy."""
+"""``streamsaver doctor``'s checks: is this server fit to hold threads? One ``Check`` each, ok,
+warn or fail with the remedy (``cli.doctor`` shows them). The persistence and eviction checks
+are ``setup()``'s own (``core.server``: ``check_eviction``, ``aof_everywhere``,
+``save_points``), not a second copy."""
 
 from __future__ import annotations
 
