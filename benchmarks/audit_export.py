@@ -9,7 +9,6 @@ that streams shows the same peak for both.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import tracemalloc
@@ -19,7 +18,7 @@ import redis
 
 from streamsaver import RedisStreamSaver
 
-from .chain_overhead import server
+from . import script
 from .conversation import make_message
 
 _BATCH = 1000
@@ -51,11 +50,10 @@ def _peak(saver: RedisStreamSaver, thread_id: str) -> tuple[int, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.audit_export", description=__doc__)
+    parser = script.parser("audit_export", __doc__, url=True)
     parser.add_argument("--events", type=int, default=100_000, help="default 100000")
-    parser.add_argument("--url", default=os.environ.get("REDIS_URL"), help="Redis URL")
     args = parser.parse_args(argv)
-    with server(args.url) as url:
+    with script.server(args.url) as url:
         client = redis.Redis.from_url(url)
         saver = RedisStreamSaver(client, prefix=f"export-{uuid.uuid4().hex[:6]}")
         threads = {"short": args.events // 5, "long": args.events}

@@ -13,20 +13,16 @@ redis-server.
 
 from __future__ import annotations
 
-import argparse
 import gc
-import os
 import sys
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from time import perf_counter_ns
 
 import redis
 
 from streamsaver import RedisStreamSaver
-from streamsaver.embedded import EmbeddedRedis
 
+from . import script
 from .conversation import make_message, next_checkpoint, start_thread, thread_config
 from .stats import NS_PER_MS, median, percentile, settle
 
@@ -80,27 +76,13 @@ def measure(url: str, steps: int, rounds: int, warmup: int) -> dict[str, Times]:
     return times
 
 
-@contextmanager
-def server(url: str | None) -> Iterator[str]:
-    if url:
-        yield url
-        return
-    with EmbeddedRedis() as server:
-        yield server.url
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.chain_overhead",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = script.parser("chain_overhead", __doc__, url=True)
     parser.add_argument("--steps", type=int, default=300, help="steps per round (default 300)")
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds (default 3)")
     parser.add_argument("--warmup", type=int, default=30, help="untimed steps first (default 30)")
-    parser.add_argument("--url", default=os.environ.get("REDIS_URL"), help="Redis URL")
     args = parser.parse_args(argv)
-    with server(args.url) as url:
+    with script.server(args.url) as url:
         times = measure(url, args.steps, args.rounds, args.warmup)
     on, off = times["chained"], times["unchained"]
     print(f"{args.steps} agent steps x {args.rounds} rounds, chained and unchained interleaved\n")

@@ -13,12 +13,12 @@ hits all alike. Milliseconds per invoke (sync ``invoke``, then async ``ainvoke``
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
 from typing import Annotated, Any, TypedDict
 
 import redis
@@ -32,6 +32,7 @@ from langgraph.graph import END, START, StateGraph
 from streamsaver import AsyncRedisStreamSaver, RedisStreamSaver
 from streamsaver.embedded import EmbeddedRedis
 
+from . import script
 from .conversation import text
 
 BASELINE = "InMemorySaver"
@@ -89,44 +90,50 @@ def _input(i: int) -> dict[str, Any]:
     return {"messages": [text(("question", i))]}
 
 
-def _sync(url: str, invokes: int, rounds: int, freq: int) -> dict[str, list[float]]:
-    client = redis.Redis.from_url(url)
-    savers: dict[str, BaseCheckpointSaver[Any]] = {
+def _savers(client: Any, sync: bool) -> dict[str, BaseCheckpointSaver[Any]]:
+    ours, walk = (
+        (RedisStreamSaver, DefaultWalk) if sync else (AsyncRedisStreamSaver, AsyncDefaultWalk)
+    )
+    a = "" if sync else "a"
+    return {
         BASELINE: InMemorySaver(),
-        "streamsaver": RedisStreamSaver(client, prefix="bench-delta"),
-        "streamsaver, default walk": DefaultWalk(client, prefix="bench-walk"),
+        "streamsaver": ours(client, prefix=f"bench-{a}delta"),
+        "streamsaver, default walk": walk(client, prefix=f"bench-{a}walk"),
     }
+
+
+def _turns(
+    savers: dict[str, BaseCheckpointSaver[Any]], freq: int, invokes: int, rounds: int
+) -> Iterator[tuple[str, Any, dict[str, Any], RunnableConfig]]:
+    """Each saver's graph with its input and thread, in turn; the saver that goes first rotates
+    from one invoke to the next, so a noisy moment hits them all alike."""
     graphs = {name: build(saver, freq) for name, saver in savers.items()}
-    times: dict[str, list[float]] = {name: [] for name in savers}
-    names = list(savers)
+    names = list(graphs)
     for r in range(rounds):
         for i in range(invokes):
             shift = i % len(names)
             for name in names[shift:] + names[:shift]:
-                began = time.perf_counter_ns()
-                graphs[name].invoke(_input(i), _config(name, r))
-                times[name].append((time.perf_counter_ns() - began) / 1e6)
+                yield name, graphs[name], _input(i), _config(name, r)
+
+
+def _sync(url: str, invokes: int, rounds: int, freq: int) -> dict[str, list[float]]:
+    client = redis.Redis.from_url(url)
+    times: dict[str, list[float]] = defaultdict(list)
+    for name, graph, given, config in _turns(_savers(client, True), freq, invokes, rounds):
+        began = time.perf_counter_ns()
+        graph.invoke(given, config)
+        times[name].append((time.perf_counter_ns() - began) / 1e6)
     client.close()
     return times
 
 
 async def _async(url: str, invokes: int, rounds: int, freq: int) -> dict[str, list[float]]:
     client = aredis.Redis.from_url(url)
-    savers: dict[str, BaseCheckpointSaver[Any]] = {
-        BASELINE: InMemorySaver(),
-        "streamsaver": AsyncRedisStreamSaver(client, prefix="bench-adelta"),
-        "streamsaver, default walk": AsyncDefaultWalk(client, prefix="bench-awalk"),
-    }
-    graphs = {name: build(saver, freq) for name, saver in savers.items()}
-    times: dict[str, list[float]] = {name: [] for name in savers}
-    names = list(savers)
-    for r in range(rounds):
-        for i in range(invokes):
-            shift = i % len(names)
-            for name in names[shift:] + names[:shift]:
-                began = time.perf_counter_ns()
-                await graphs[name].ainvoke(_input(i), _config(name, r))
-                times[name].append((time.perf_counter_ns() - began) / 1e6)
+    times: dict[str, list[float]] = defaultdict(list)
+    for name, graph, given, config in _turns(_savers(client, False), freq, invokes, rounds):
+        began = time.perf_counter_ns()
+        await graph.ainvoke(given, config)
+        times[name].append((time.perf_counter_ns() - began) / 1e6)
     await client.aclose()
     return times
 
@@ -145,7 +152,7 @@ def _report(title: str, times: dict[str, list[float]]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.delta_history", description=__doc__)
+    parser = script.parser("delta_history", __doc__)
     parser.add_argument("--invokes", type=int, default=100, help="invokes per thread")
     parser.add_argument("--rounds", type=int, default=2, help="threads per saver")
     parser.add_argument("--snapshot-frequency", type=int, default=100)

@@ -26,6 +26,8 @@ from langgraph.checkpoint.base import empty_checkpoint
 
 from streamsaver.embedded import EmbeddedRedis
 
+from . import script
+
 __all__ = ["fan_out", "main"]
 
 
@@ -68,7 +70,7 @@ def _elsewhere(src: str, url: str, writes: int) -> list[float]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.fanout_writes", description=__doc__)
+    parser = script.parser("fanout_writes", __doc__)
     parser.add_argument("--writes", type=int, default=600)
     parser.add_argument("--binary", help="the redis-server to measure (default: PATH, embedded)")
     parser.add_argument("--before", metavar="SRC", help="also another checkout's src/")

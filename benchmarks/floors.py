@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 import redis
 import redis.asyncio
-from langchain_core.runnables import RunnableConfig
+from langchain_core.runnables import RunnableConfig as Config
 from langgraph.checkpoint.base import (
     ChannelVersions,
     Checkpoint,
@@ -46,6 +46,10 @@ __all__ = [
     "RawFloor",
     "RecordingSaver",
 ]
+
+# LangGraph's names, short enough for the overrides' signatures to fit on one line
+Metadata = CheckpointMetadata
+Versions = ChannelVersions
 
 _FILL_BATCH = 500
 _PING = b"PING\r\n"
@@ -82,28 +86,17 @@ class RecordingSaver(InMemorySaver):
         with self._lock:
             self._ops.append(op)
 
-    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+    def get_tuple(self, config: Config) -> CheckpointTuple | None:
         self._note(Op("get"))
         return super().get_tuple(config)
 
-    def list(
-        self,
-        config: RunnableConfig | None,
-        *,
-        filter: dict[str, Any] | None = None,
-        before: RunnableConfig | None = None,
-        limit: int | None = None,
-    ) -> Iterator[CheckpointTuple]:
-        self._note(Op("list", count=limit or 10))
-        return super().list(config, filter=filter, before=before, limit=limit)
+    def list(self, config: Config | None, **kw: Any) -> Iterator[CheckpointTuple]:
+        self._note(Op("list", count=kw.get("limit") or 10))
+        return super().list(config, **kw)
 
     def put(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
+        self, config: Config, checkpoint: Checkpoint, metadata: Metadata, new_versions: Versions
+    ) -> Config:
         bare = checkpoint.copy()
         values: dict[str, Any] = bare.pop("channel_values")  # type: ignore[misc]
         fields = [
@@ -119,11 +112,7 @@ class RecordingSaver(InMemorySaver):
         return super().put(config, checkpoint, metadata, new_versions)
 
     def put_writes(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
-        task_path: str = "",
+        self, config: Config, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
     ) -> None:
         fields = [b"task", task_id.encode()]
         for channel, value in writes:
@@ -246,40 +235,21 @@ class PingFloorSaver(InMemorySaver):
         super().__init__()
         self.client = client
 
-    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+    def get_tuple(self, *args: Any, **kw: Any) -> CheckpointTuple | None:
         self.client.ping()
-        return super().get_tuple(config)
+        return super().get_tuple(*args, **kw)
 
-    def list(
-        self,
-        config: RunnableConfig | None,
-        *,
-        filter: dict[str, Any] | None = None,
-        before: RunnableConfig | None = None,
-        limit: int | None = None,
-    ) -> Iterator[CheckpointTuple]:
+    def list(self, *args: Any, **kw: Any) -> Iterator[CheckpointTuple]:
         self.client.ping()
-        return super().list(config, filter=filter, before=before, limit=limit)
+        return super().list(*args, **kw)
 
-    def put(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
+    def put(self, *args: Any, **kw: Any) -> Config:
         self.client.ping()
-        return super().put(config, checkpoint, metadata, new_versions)
+        return super().put(*args, **kw)
 
-    def put_writes(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
-        task_path: str = "",
-    ) -> None:
+    def put_writes(self, *args: Any, **kw: Any) -> None:
         self.client.ping()
-        super().put_writes(config, writes, task_id, task_path)
+        super().put_writes(*args, **kw)
 
 
 class AsyncPingFloorSaver(InMemorySaver):
@@ -293,38 +263,19 @@ class AsyncPingFloorSaver(InMemorySaver):
         super().__init__()
         self.client = client
 
-    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+    async def aget_tuple(self, *args: Any, **kw: Any) -> CheckpointTuple | None:
         await self.client.ping()
-        return InMemorySaver.get_tuple(self, config)
+        return InMemorySaver.get_tuple(self, *args, **kw)
 
-    async def alist(
-        self,
-        config: RunnableConfig | None,
-        *,
-        filter: dict[str, Any] | None = None,
-        before: RunnableConfig | None = None,
-        limit: int | None = None,
-    ) -> AsyncIterator[CheckpointTuple]:
+    async def alist(self, *args: Any, **kw: Any) -> AsyncIterator[CheckpointTuple]:
         await self.client.ping()
-        for item in InMemorySaver.list(self, config, filter=filter, before=before, limit=limit):
+        for item in InMemorySaver.list(self, *args, **kw):
             yield item
 
-    async def aput(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
+    async def aput(self, *args: Any, **kw: Any) -> Config:
         await self.client.ping()
-        return InMemorySaver.put(self, config, checkpoint, metadata, new_versions)
+        return InMemorySaver.put(self, *args, **kw)
 
-    async def aput_writes(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
-        task_path: str = "",
-    ) -> None:
+    async def aput_writes(self, *args: Any, **kw: Any) -> None:
         await self.client.ping()
-        InMemorySaver.put_writes(self, config, writes, task_id, task_path)
+        InMemorySaver.put_writes(self, *args, **kw)

@@ -14,6 +14,7 @@ from tqdm import tqdm  # type: ignore[import-untyped]
 from .backends import Backend, open_backend
 from .config import Config
 from .peers import AsyncTarget, Peer, SyncTarget
+from .stats import settle
 
 __all__ = [
     "Context",
@@ -37,6 +38,20 @@ class Context:
 
     def bar(self, desc: str, total: int) -> tqdm[None]:
         return tqdm(total=total, desc=desc, file=sys.stderr, unit="step", mininterval=0.5)
+
+    def taken(
+        self, desc: str, opened: Sequence[Opened[T]], count: int, warmup: int, failures: Failures
+    ) -> Iterator[Turn[T]]:
+        """The :func:`turns` to take, under a progress bar: the machine settled before each
+        thread's first step, and a peer that failed skipped from then on."""
+        with self.bar(desc, self.cfg.rounds * count * len(opened)) as bar:
+            for turn in turns(opened, self.cfg.rounds, count, warmup):
+                if turn.index == 0:
+                    settle()
+                if failures.ok(turn.opened.name):
+                    yield turn
+                if turn.timed:
+                    bar.update()
 
 
 @dataclass

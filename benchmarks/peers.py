@@ -120,28 +120,26 @@ async def _async_client(backend: Backend, concurrency: int) -> AsyncIterator[red
 # -- the floors -------------------------------------------------------------------------------
 
 
-@contextmanager
-def raw_sync(backend: Backend) -> Iterator[SyncTarget]:
-    with _sync_client(backend) as client:
-        yield RawFloor(client)
+def _on_client(floor: Callable[[redis.Redis], SyncTarget]) -> SyncFactory:
+    """The sync peer that is *floor* on a redis-py client of its own."""
+
+    @contextmanager
+    def opened(backend: Backend) -> Iterator[SyncTarget]:
+        with _sync_client(backend) as client:
+            yield floor(client)
+
+    return opened
 
 
-@asynccontextmanager
-async def raw_async(backend: Backend, concurrency: int) -> AsyncIterator[AsyncTarget]:
-    async with _async_client(backend, concurrency) as client:
-        yield AsyncRawFloor(client)
+def _on_async_client(floor: Callable[[redis.asyncio.Redis], AsyncTarget]) -> AsyncFactory:
+    """The async peer that is *floor* on a redis-py asyncio client of its own."""
 
+    @asynccontextmanager
+    async def opened(backend: Backend, concurrency: int) -> AsyncIterator[AsyncTarget]:
+        async with _async_client(backend, concurrency) as client:
+            yield floor(client)
 
-@contextmanager
-def floor_sync(backend: Backend) -> Iterator[SyncTarget]:
-    with _sync_client(backend) as client:
-        yield PingFloorSaver(client)
-
-
-@asynccontextmanager
-async def floor_async(backend: Backend, concurrency: int) -> AsyncIterator[AsyncTarget]:
-    async with _async_client(backend, concurrency) as client:
-        yield AsyncPingFloorSaver(client)
+    return opened
 
 
 def _address(backend: Backend) -> tuple[str, int]:
@@ -319,8 +317,20 @@ def reusing_async(backend: Backend, concurrency: int) -> AbstractAsyncContextMan
 
 
 CANDIDATES: tuple[Peer, ...] = (
-    Peer(RAW, "redis", raw_sync, raw_async, "bare redis-py XADD/XREVRANGE, one per call"),
-    Peer(FLOOR, "redis", floor_sync, floor_async, "InMemorySaver + one redis-py PING per call"),
+    Peer(
+        RAW,
+        "redis",
+        _on_client(RawFloor),
+        _on_async_client(AsyncRawFloor),
+        "bare redis-py XADD/XREVRANGE, one per call",
+    ),
+    Peer(
+        FLOOR,
+        "redis",
+        _on_client(PingFloorSaver),
+        _on_async_client(AsyncPingFloorSaver),
+        "InMemorySaver + one redis-py PING per call",
+    ),
     Peer(
         SOCKET,
         "redis",

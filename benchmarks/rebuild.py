@@ -23,28 +23,18 @@ starts a throwaway redis-server.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 from uuid import uuid4
 
 import redis
 
 from streamsaver import RedisStreamSaver
-from streamsaver.embedded import EmbeddedRedis
 from streamsaver.maintenance import REBUILD_BATCH, rebuild_threads
 
-
-@contextmanager
-def _server(url: str | None) -> Iterator[str]:
-    if url:
-        yield url
-        return
-    with EmbeddedRedis() as server:
-        yield server.url
+from . import script
 
 
 def fill(saver: RedisStreamSaver, events: int, threads: int) -> list[str]:
@@ -85,7 +75,7 @@ def best(label: str, run: Callable[[], int], repeat: int) -> tuple[str, int, flo
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.rebuild", description=__doc__)
+    parser = script.parser("rebuild", __doc__)
     parser.add_argument("--events", type=int, default=100_000)
     parser.add_argument("--threads", type=int, default=1000)
     parser.add_argument(
@@ -100,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--url", help="a Redis to use (default: a throwaway redis-server)")
     args = parser.parse_args(argv)
-    with _server(args.url) as url, redis.Redis.from_url(url) as client:
+    with script.server(args.url) as url, redis.Redis.from_url(url) as client:
         saver = RedisStreamSaver(client, prefix=f"bench{uuid4().hex[:8]}")
         started = time.perf_counter()
         ids = fill(saver, args.events, args.threads)

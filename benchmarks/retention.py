@@ -13,7 +13,6 @@ Then, one saver at a time on a fresh thread, the server's own time in scripts pe
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
@@ -24,6 +23,7 @@ import redis
 from streamsaver import RedisStreamSaver
 from streamsaver.embedded import EmbeddedRedis
 
+from . import script
 from .conversation import agent_step, start_thread
 
 BASELINE = "keep everything"
@@ -76,7 +76,7 @@ def _run(url: str, steps: int, keeps: list[int], rounds: int) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.retention", description=__doc__)
+    parser = script.parser("retention", __doc__)
     parser.add_argument("--steps", type=int, default=400, help="agent steps per thread")
     parser.add_argument("--keep", default="5,20,100", help="keep_last values to measure")
     parser.add_argument("--rounds", type=int, default=2, help="threads per saver")

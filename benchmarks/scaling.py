@@ -30,6 +30,7 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from streamsaver import AsyncRedisStreamSaver
 from streamsaver.embedded import EmbeddedCluster
 
+from . import script
 from .conversation import aagent_step, astart_thread
 
 
@@ -142,11 +143,7 @@ def measure(primaries: int, args: argparse.Namespace) -> Result:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.scaling",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = script.parser("scaling", __doc__)
     parser.add_argument("--primaries", default="1,3", help="cluster sizes to compare (1,3)")
     parser.add_argument("--threads", type=int, default=64, help="concurrent async writers (64)")
     parser.add_argument("--processes", type=int, default=4, help="client processes (4)")

@@ -41,6 +41,7 @@ import redis
 
 from streamsaver.embedded import EmbeddedRedis
 
+from . import script
 from .conversation import agent_step, start_thread
 
 __all__ = ["Sample", "floor_trace", "main", "measure"]
@@ -256,7 +257,7 @@ def peers(steps: int, variants: bool = False) -> dict[str, Runner]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.server_cpu", description=__doc__)
+    parser = script.parser("server_cpu", __doc__)
     parser.add_argument("--steps", type=int, default=500)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--binary", help="the redis-server to measure (default: PATH, embedded)")

@@ -36,6 +36,7 @@ from streamsaver import AsyncRedisStreamSaver
 from streamsaver.embedded import EmbeddedRedis
 from streamsaver.events import Delivery
 
+from . import script
 from .conversation import aagent_step, astart_thread
 
 PREFIX = "soak"
@@ -257,11 +258,7 @@ class Soak:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.soak",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = script.parser("soak", __doc__)
     parser.add_argument("--minutes", type=float, default=5, help="how long to write (5)")
     parser.add_argument("--writers", type=int, default=64, help="concurrent writers (64)")
     parser.add_argument("--tailers", type=int, default=4, help="atail_all readers (4)")

@@ -22,15 +22,13 @@ Without --url it starts a throwaway redis-server.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import multiprocessing as mp
 import os
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from functools import partial
 from typing import Any, cast
 
@@ -40,8 +38,9 @@ import streamsaver
 from streamsaver import RedisStreamSaver, RedisStreamStore
 from streamsaver.core.flow import Eval
 from streamsaver.core.keys import store_bucket, store_keys
-from streamsaver.embedded import EmbeddedRedis
 from streamsaver.store.slices import store_slices
+
+from . import script
 
 BIG, COPY, OTHER = "big", "big-copy", "other"
 FLOOR_SECONDS = 10.0
@@ -119,15 +118,6 @@ def fill_store(tenant: RedisStreamSaver, events: int) -> None:
     store._saver._run(store_slices([store_bucket("big")], store._ops._keys, "rebuild", "", 200, 0))
 
 
-@contextmanager
-def _server(url: str | None) -> Iterator[str]:
-    if url:
-        yield url
-        return
-    with EmbeddedRedis() as server:
-        yield server.url
-
-
 def _config(thread: str, checkpoint_id: str | None = None) -> Any:
     c: dict[str, Any] = {"thread_id": thread, "checkpoint_ns": ""}
     if checkpoint_id:
@@ -197,7 +187,7 @@ def digest(client: Any, saver: RedisStreamSaver, thread: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.stall", description=__doc__)
+    parser = script.parser("stall", __doc__)
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument(
         "--idle",
@@ -242,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     if chosen - set(OPERATIONS):
         parser.error(f"--only {args.only!r}: give names of {', '.join(OPERATIONS)}")
     print(f"streamsaver from {streamsaver.__file__}", file=sys.stderr)
-    with _server(args.url) as url, redis.Redis.from_url(url, socket_timeout=900) as client:
+    with script.server(args.url) as url, redis.Redis.from_url(url, socket_timeout=900) as client:
         client.config_set("busy-reply-threshold", 600_000)
         client.config_set("latency-tracking-info-percentiles", "50 99 100")
         tenant = RedisStreamSaver(client, prefix="stall-tenant")

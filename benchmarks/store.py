@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
-import os
 import sys
 import tracemalloc
 import uuid
@@ -40,7 +39,7 @@ from langgraph.store.memory import InMemoryStore
 
 from streamsaver import RedisStreamStore
 
-from .chain_overhead import server
+from . import script
 from .stats import NS_PER_MS, median, percentile, settle
 
 Call = Callable[[BaseStore, int], object]
@@ -250,21 +249,16 @@ def table(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.store",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = script.parser("store", __doc__, url=True)
     parser.add_argument("--items", type=int, default=1000, help="items stored (default 1000)")
     parser.add_argument("--namespaces", type=int, default=20, help="namespaces (default 20)")
     parser.add_argument("--calls", type=int, default=300, help="timed calls each (default 300)")
-    parser.add_argument("--url", default=os.environ.get("REDIS_URL"), help="Redis URL")
     parser.add_argument("--pg", help="PostgreSQL URL for PostgresStore (creates a database)")
     parser.add_argument("--stack", help="Redis Stack URL for langgraph-checkpoint-redis")
     parser.add_argument("--vector-items", type=int, default=10_000, help="default 10000")
     parser.add_argument("--dims", type=int, default=256, help="embedding size (default 256)")
     args = parser.parse_args(argv)
-    with server(args.url) as url:
+    with script.server(args.url) as url:
         times, memory, vtimes, vmemory, same = measure(args, url)
     print(f"{args.items} items of ~200 bytes in {args.namespaces} namespaces, {args.calls} calls")
     print("each; medians (p99), ratio to InMemoryStore's median in the same run\n")

@@ -22,7 +22,6 @@ streamsaver). The writer stamps twice, with the same instrument on every path:
 
 from __future__ import annotations
 
-import argparse
 import multiprocessing as mp
 import sys
 import time
@@ -36,6 +35,7 @@ import redis
 from streamsaver import RedisStreamSaver
 from streamsaver.embedded import EmbeddedRedis
 
+from . import script
 from .peers import RAW
 from .report import render_table
 from .results import Metric, Table
@@ -197,11 +197,7 @@ def latency_table(samples: Samples, title: str) -> Table:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.tail_latency",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = script.parser("tail_latency", __doc__)
     defaults = Settings()
     parser.add_argument(
         "--events", type=int, default=defaults.events, help="timed events per path and round"

@@ -12,9 +12,6 @@ import redis.asyncio as aredis
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     BaseCheckpointSaver,
-    ChannelVersions,
-    Checkpoint,
-    CheckpointMetadata,
     CheckpointTuple,
 )
 from langgraph.checkpoint.conformance import checkpointer_test, validate
@@ -32,37 +29,18 @@ class SyncDriven(BaseCheckpointSaver[str]):
         super().__init__(serde=inner.serde)
         self.inner = inner
 
-    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return self.inner.get_tuple(config)
+    async def aget_tuple(self, *args: Any, **kw: Any) -> CheckpointTuple | None:
+        return self.inner.get_tuple(*args, **kw)
 
-    async def alist(
-        self,
-        config: RunnableConfig | None,
-        *,
-        filter: dict[str, Any] | None = None,
-        before: RunnableConfig | None = None,
-        limit: int | None = None,
-    ) -> AsyncIterator[CheckpointTuple]:
-        for item in self.inner.list(config, filter=filter, before=before, limit=limit):
+    async def alist(self, *args: Any, **kw: Any) -> AsyncIterator[CheckpointTuple]:
+        for item in self.inner.list(*args, **kw):
             yield item
 
-    async def aput(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
-        return self.inner.put(config, checkpoint, metadata, new_versions)
+    async def aput(self, *args: Any, **kw: Any) -> RunnableConfig:
+        return self.inner.put(*args, **kw)
 
-    async def aput_writes(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
-        task_path: str = "",
-    ) -> None:
-        self.inner.put_writes(config, writes, task_id, task_path)
+    async def aput_writes(self, *args: Any, **kw: Any) -> None:
+        self.inner.put_writes(*args, **kw)
 
     async def adelete_thread(self, thread_id: str) -> None:
         self.inner.delete_thread(thread_id)

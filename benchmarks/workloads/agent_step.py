@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 from time import perf_counter_ns, process_time_ns
 
+from ..config import Config
 from ..conversation import MESSAGE_BYTES, aagent_step, agent_step, astart_thread, start_thread
 from ..floors import AsyncRawFloor, RawFloor
-from ..harness import Context, Failures, Turn, open_async, open_sync, turns
+from ..harness import Context, Failures, Turn, open_async, open_sync
 from ..peers import AsyncTarget, SyncTarget
 from ..results import Metric, Section, Series, Table
-from ..stats import NS_PER_MS, median, percentile, settle
+from ..stats import NS_PER_MS, median, percentile
 from ..traces import Trace, agent_trace
 
 __all__ = ["run"]
@@ -28,19 +29,7 @@ Samples = dict[str, list[list[tuple[float, float]]]]
 
 def run(ctx: Context) -> Section:
     cfg = ctx.cfg
-    section = Section(
-        KEY,
-        "Agent step",
-        f"Per step: `get_tuple(latest)` + `put_writes` (one {MESSAGE_BYTES}-byte message to "
-        f"`messages`) + `put` of a child checkpoint whose `messages` value is the whole list, "
-        f"{cfg.agent_steps} steps on a fresh thread per round, {cfg.rounds} round(s) after a "
-        f"{cfg.warmup_steps}-step warm-up. Messages alternate `HumanMessage`/`AIMessage` with "
-        f"pseudo-random words, so step *n* reads and writes a list of *n* messages. Peers take "
-        f"turns step by step, the first one rotating. Milliseconds per step; the by-step plots "
-        f"show how the cost grows with the conversation. Client CPU is this process's CPU time "
-        f"over the step (`time.process_time`): the saver's and its client library's work, "
-        f"without the server's.",
-    )
+    section = Section(KEY, "Agent step", _description(cfg))
     trace = agent_trace(cfg.trace_steps)[: cfg.agent_steps]
     for mode in ("sync", "async"):
         failures = Failures()
@@ -105,18 +94,12 @@ def _run_sync(ctx: Context, trace: Trace, failures: Failures) -> Samples:
     cfg = ctx.cfg
     with open_sync(ctx.peers, cfg, failures) as opened:
         samples: Samples = {o.name: [[] for _ in trace] for o in opened}
-        with ctx.bar("agent step, sync", cfg.rounds * len(trace) * len(opened)) as bar:
-            for turn in turns(opened, cfg.rounds, len(trace), cfg.warmup_steps):
-                if turn.index == 0:
-                    settle()
-                name = turn.opened.name
-                if failures.ok(name):
-                    with failures.guard(name):
-                        elapsed = _time_sync(turn, trace)
-                        if turn.timed:
-                            samples[name][turn.index].append(elapsed)
+        taken = ctx.taken("agent step, sync", opened, len(trace), cfg.warmup_steps, failures)
+        for turn in taken:
+            with failures.guard(turn.opened.name):
+                elapsed = _time_sync(turn, trace)
                 if turn.timed:
-                    bar.update()
+                    samples[turn.opened.name][turn.index].append(elapsed)
     return samples
 
 
@@ -137,16 +120,24 @@ async def _run_async(ctx: Context, trace: Trace, failures: Failures) -> Samples:
     cfg = ctx.cfg
     async with open_async(ctx.peers, cfg, failures) as opened:
         samples: Samples = {o.name: [[] for _ in trace] for o in opened}
-        with ctx.bar("agent step, async", cfg.rounds * len(trace) * len(opened)) as bar:
-            for turn in turns(opened, cfg.rounds, len(trace), cfg.warmup_steps):
-                if turn.index == 0:
-                    settle()
-                name = turn.opened.name
-                if failures.ok(name):
-                    with failures.guard(name):
-                        elapsed = await _time_async(turn, trace)
-                        if turn.timed:
-                            samples[name][turn.index].append(elapsed)
+        taken = ctx.taken("agent step, async", opened, len(trace), cfg.warmup_steps, failures)
+        for turn in taken:
+            with failures.guard(turn.opened.name):
+                elapsed = await _time_async(turn, trace)
                 if turn.timed:
-                    bar.update()
+                    samples[turn.opened.name][turn.index].append(elapsed)
     return samples
+
+
+def _description(cfg: Config) -> str:
+    return (
+        f"Per step: `get_tuple(latest)` + `put_writes` (one {MESSAGE_BYTES}-byte message to "
+        f"`messages`) + `put` of a child checkpoint whose `messages` value is the whole list, "
+        f"{cfg.agent_steps} steps on a fresh thread per round, {cfg.rounds} round(s) after a "
+        f"{cfg.warmup_steps}-step warm-up. Messages alternate `HumanMessage`/`AIMessage` with "
+        f"pseudo-random words, so step *n* reads and writes a list of *n* messages. Peers take "
+        f"turns step by step, the first one rotating. Milliseconds per step; the by-step plots "
+        f"show how the cost grows with the conversation. Client CPU is this process's CPU time "
+        f"over the step (`time.process_time`): the saver's and its client library's work, "
+        f"without the server's."
+    )

@@ -6,6 +6,7 @@ import asyncio
 import uuid
 from time import perf_counter_ns, process_time_ns
 
+from ..config import Config
 from ..conversation import aagent_step, astart_thread
 from ..floors import AsyncRawFloor
 from ..harness import Context, Failures, open_async, rotated
@@ -82,17 +83,7 @@ async def _run(ctx: Context, failures: Failures) -> Results:
 
 def run(ctx: Context) -> Section:
     cfg = ctx.cfg
-    section = Section(
-        KEY,
-        "Concurrency",
-        f"{cfg.concurrency_threads} LangGraph threads driven at once from one asyncio loop with "
-        f"each peer's async saver: every thread runs {cfg.concurrency_steps} agent steps "
-        f"(`aget_tuple` + `aput_writes` + `aput`), all started together with `asyncio.gather`. "
-        f"Checkpoints per second is the median over {cfg.rounds} round(s) of "
-        f"threads * steps / wall time; the latencies are per step under that load. Client CPU "
-        f"per checkpoint is this process's CPU time over the burst (`time.process_time`, the "
-        f"servers not counted) divided by the checkpoints put, median over rounds.",
-    )
+    section = Section(KEY, "Concurrency", _description(cfg))
     failures = Failures()
     results = asyncio.run(_run(ctx, failures))
     table = Table(KEY, f"{cfg.concurrency_threads} concurrent threads", list(METRICS))
@@ -109,3 +100,15 @@ def run(ctx: Context) -> Section:
             section.skipped[peer.name] = "n/a: no async saver"
     section.tables.append(table)
     return section
+
+
+def _description(cfg: Config) -> str:
+    return (
+        f"{cfg.concurrency_threads} LangGraph threads driven at once from one asyncio loop with "
+        f"each peer's async saver: every thread runs {cfg.concurrency_steps} agent steps "
+        f"(`aget_tuple` + `aput_writes` + `aput`), all started together with `asyncio.gather`. "
+        f"Checkpoints per second is the median over {cfg.rounds} round(s) of "
+        f"threads * steps / wall time; the latencies are per step under that load. Client CPU "
+        f"per checkpoint is this process's CPU time over the burst (`time.process_time`, the "
+        f"servers not counted) divided by the checkpoints put, median over rounds."
+    )
