@@ -4,7 +4,7 @@ shells (``shells``: ``Tail``, ``TailAll``, ``ConsumerGroup`` and their async twi
 As in ``checkpoint.ops``, each reader is a generator: it yields the Redis work it needs
 (``Batch`` of non-blocking commands on the saver's client, ``Block`` for one blocking read on
 the reader's own connection, ``Pause``) and is sent the replies; it yields ``Deliver`` for each
-event the caller gets. ``shells`` drives these generators with a sync or an asyncio client; they
+event the caller gets. The shells drive these generators with a sync or an asyncio client; they
 only send and receive. Decoding events into ``ThreadEvent`` happens here, once.
 
 - ``ThreadTail``: one thread's log, by stream id (``XREAD BLOCK`` on that one key).
@@ -20,28 +20,16 @@ only send and receive. Decoding events into ``ThreadEvent`` happens here, once.
 Modules: ``steps`` (what a core yields: ``Batch``, ``Block``, ``Pause``, ``Deliver``; the
 tail scripts), ``decode`` (replies to ``ThreadEvent``), ``thread`` (``ThreadTail`` and the
 options every reader shares), ``feeds`` (``FeedTail``), ``groups`` (``GroupReader``). The
-transport that sends a ``Batch`` is ``transport.core``'s, as for the savers.
+shells: ``sync`` and ``aio``, re-exported by ``shells``; what they share, free of I/O, is
+``base`` (the flow of each step), ``blocking`` (what goes down a tail's own connection) and
+``views`` (what a public tail tells of where it is). The transport that sends a ``Batch`` is
+``transport.core``'s, as for the savers.
 
 What it may import: core, transport, lua and events. Never a saver (a tail takes its saver as
 an argument, typed by a Protocol), nor presentation (tests/test_layers.py).
 """
 
-from .shells import (
-    AsyncConsumerGroup,
-    AsyncTail,
-    AsyncTailAll,
-    ConsumerGroup,
-    Tail,
-    TailAll,
-    default_consumer_name,
-)
+from . import shells
+from .shells import *  # noqa: F403 (the names are shells.__all__)
 
-__all__ = [
-    "AsyncConsumerGroup",
-    "AsyncTail",
-    "AsyncTailAll",
-    "ConsumerGroup",
-    "Tail",
-    "TailAll",
-    "default_consumer_name",
-]
+__all__ = shells.__all__

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, TypedDict
 
 from pydantic import ValidationError
 
@@ -45,6 +46,21 @@ from .steps import (
 )
 from .thread import _namespace, _positive, _Reader
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing's from Python 3.11
+
+
+class FeedOptions(TypedDict, total=False):
+    """The options of every reader of the feeds; their defaults are ``_Feeds``'s."""
+
+    block_ms: int
+    count: int
+    discover_ms: int | None
+    poll_ms: int
+    cluster: bool
+    clock: Callable[[], float]
+    on_skip: Report | None
+
 
 class _Feeds(_Reader):
     """What FeedTail and GroupReader share: the feeds of a prefix and their pointers."""
@@ -54,13 +70,13 @@ class _Feeds(_Reader):
         prefix: str,
         codec: Codec,
         *,
-        cluster: bool,
-        clock: Callable[[], float],
-        discover_ms: int | None,
-        poll_ms: int,
-        block_ms: int,
-        count: int,
-        on_skip: Report | None,
+        block_ms: int = DEFAULT_BLOCK_MS,
+        count: int = DEFAULT_COUNT,
+        discover_ms: int | None = None,
+        poll_ms: int = DEFAULT_POLL_MS,
+        cluster: bool = False,
+        clock: Callable[[], float] = time.monotonic,
+        on_skip: Report | None = None,
     ) -> None:
         super().__init__(codec, on_skip)
         self.prefix = prefix
@@ -180,25 +196,9 @@ class FeedTail(_Feeds):
         after: object = "$",
         follow: bool = True,
         checkpoint_ns: object = None,
-        block_ms: int = DEFAULT_BLOCK_MS,
-        count: int = DEFAULT_COUNT,
-        discover_ms: int | None = None,
-        poll_ms: int = DEFAULT_POLL_MS,
-        cluster: bool = False,
-        clock: Callable[[], float] = time.monotonic,
-        on_skip: Report | None = None,
+        **options: Unpack[FeedOptions],
     ) -> None:
-        super().__init__(
-            prefix,
-            codec,
-            cluster=cluster,
-            clock=clock,
-            discover_ms=discover_ms,
-            poll_ms=poll_ms,
-            block_ms=block_ms,
-            count=count,
-            on_skip=on_skip,
-        )
+        super().__init__(prefix, codec, **options)
         self.start, self.positions = self._start(after)
         self.follow = bool(follow)
         self.ns = _namespace(checkpoint_ns)

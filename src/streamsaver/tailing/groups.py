@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Generator, Iterable, Sequence
-from typing import Any
+from collections.abc import Generator, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ..core.codec import Codec
 from ..core.errors import InvalidInputError
@@ -13,23 +12,22 @@ from ..core.replies import as_text
 from ..core.slots import slot_of
 from ..events import Delivery, SkippedEvent, ThreadEvent
 from .decode import Entry, _check, _fields, _is_error, streams
-from .feeds import _Feeds
+from .feeds import FeedOptions, _Feeds
 from .steps import (
-    DEFAULT_BLOCK_MS,
-    DEFAULT_COUNT,
-    DEFAULT_POLL_MS,
     Batch,
     Block,
     Command,
     Deliver,
     Pause,
-    Report,
     ScriptCall,
     Step,
     TailFlow,
     TailOp,
 )
 from .thread import _after, _positive
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing's from Python 3.11
 
 
 class GroupReader(_Feeds):
@@ -54,25 +52,9 @@ class GroupReader(_Feeds):
         max_deliveries: int = 5,
         claim_ms: int | None = None,
         reap_idle_ms: int = 300_000,
-        block_ms: int = DEFAULT_BLOCK_MS,
-        count: int = DEFAULT_COUNT,
-        discover_ms: int | None = None,
-        poll_ms: int = DEFAULT_POLL_MS,
-        cluster: bool = False,
-        clock: Callable[[], float] = time.monotonic,
-        on_skip: Report | None = None,
+        **options: Unpack[FeedOptions],
     ) -> None:
-        super().__init__(
-            prefix,
-            codec,
-            cluster=cluster,
-            clock=clock,
-            discover_ms=discover_ms,
-            poll_ms=poll_ms,
-            block_ms=block_ms,
-            count=count,
-            on_skip=on_skip,
-        )
+        super().__init__(prefix, codec, **options)
         for name, value in (("group", group), ("consumer", consumer)):
             if not isinstance(value, str) or not value:
                 raise InvalidInputError(f"{name}={value!r}: give a non-empty string")
@@ -88,6 +70,7 @@ class GroupReader(_Feeds):
         self.next_claim = 0.0
         self.parked = 0
         self.joined = False
+        self.kept_on = 0  # after leaving: on how many feeds the member stays (-1: unknown)
 
     def _create(self, slots: Sequence[int], start: str) -> Step:
         if not slots:

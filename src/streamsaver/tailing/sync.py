@@ -1,0 +1,233 @@
+"""The sync shells: ``Tail``, ``TailAll`` and ``ConsumerGroup``, and the I/O they do with a
+redis-py client (``SyncShell``). ``stop()`` from another thread ends a blocked read at once by
+shutting its connection down.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+from collections.abc import Callable, Generator, Iterator
+from typing import Any, Generic, TypeVar
+
+from redis.cluster import RedisCluster
+from redis.exceptions import ResponseError
+
+from ..events import Delivery, ThreadEvent
+from ..transport.core import run
+from ..transport.resp import packed
+from ..transport.sending import load_scripts, relearn, send_pipeline
+from .base import C, Driving, Saver, Shell, T, leaving, raise_errors
+from .blocking import GRACE_S, NETWORK, UNKNOWN, Asking, Dedicated, Exchange, Read
+from .feeds import FeedTail
+from .groups import GroupReader
+from .steps import Batch, Deliver, TailFlow, TailOp
+from .thread import ThreadTail
+from .views import FeedTailView, GroupView, ThreadTailView
+
+__all__ = ["ConsumerGroup", "SyncShell", "Tail", "TailAll"]
+
+
+class SyncShell(Shell):
+    def __init__(self, saver: Saver) -> None:
+        sending = (send_pipeline, load_scripts, relearn)
+        super().__init__(saver, isinstance(saver.client, RedisCluster), sending)
+        self.lock = threading.Lock()
+
+    def send(self, op: TailOp) -> Any:
+        return run(self.flow(op), self.verbs)
+
+    def pause(self, seconds: float) -> None:
+        self.stopped.wait(seconds)
+
+    def _connection(self, key: str | None) -> Dedicated:
+        if self.cluster:
+            assert key is not None, "a blocking read on a cluster names its key"
+            node = self.client.get_node_from_key(key)
+            pool = self.client.get_redis_connection(node).connection_pool
+            name = node.name
+        else:
+            node, pool, name = None, self.client.connection_pool, ""
+        dedicated = self.own_connection(name, node, pool.connection_class, pool.connection_kwargs)
+        if not dedicated.connected:
+            dedicated.conn.connect()
+            dedicated.connected = True
+        return dedicated
+
+    def read(self, step: Read) -> Any:
+        op, dedicated = step.op, self._connection(step.op.key)
+        with self.lock:
+            self.blocked = dedicated
+        try:
+            if self.stopped.is_set():
+                return None
+            dedicated.conn.send_command(*op.args)
+            return dedicated.conn.read_response(timeout=op.block_ms / 1000 + GRACE_S)
+        except ResponseError as exc:
+            return exc
+        except NETWORK:
+            if self.stopped.is_set():  # stop() shut the connection down
+                self.drop()
+                return None
+            raise
+        finally:
+            with self.lock:
+                self.blocked = None
+
+    def exchange(self, step: Exchange) -> list[Any]:
+        conn = self._connection(None).conn
+        conn.send_packed_command(packed(conn, step.calls))
+        return [_reply(conn) for _ in step.calls]
+
+    def asking(self, step: Asking) -> Any:
+        node = self.client.get_node(host=step.host, port=step.port)
+        if node is None:
+            return UNKNOWN
+        pipe = self.client.get_redis_connection(node).pipeline(transaction=False)
+        pipe.execute_command("ASKING")
+        pipe.execute_command(*step.args)
+        return pipe.execute(raise_on_error=False)[-1]
+
+    def drop(self) -> None:
+        for dedicated in self.dedicated.values():
+            dedicated.conn.disconnect()
+        self.dedicated.clear()
+
+    def stop(self) -> None:
+        """End the tail: at once if it waits in a blocking read, else at its next step. Safe
+        from any thread. The blocked read's own connection is shut down, which wakes the
+        reading thread; the server drops the read when it sees the connection close."""
+        self.stopped.set()
+        # the reader marks itself blocked before it checks stopped, and this reads the mark
+        # after setting stopped: either the reader sees stopped, or this sees the mark
+        with self.lock:
+            target = self.blocked
+        sock = getattr(target.conn, "_sock", None) if target is not None else None
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        self.stopped.set()
+        self.drop()
+
+
+def _reply(conn: Any) -> Any:
+    """The next reply on ``conn``, a server error as a value."""
+    try:
+        return conn.read_response()
+    except ResponseError as exc:
+        return exc
+
+
+class _Driver(Driving):
+    """Runs a core flow with a ``SyncShell`` (``Driving`` says why it stands apart)."""
+
+    def __init__(self, io: SyncShell, flow: TailFlow, finish: Callable[[], None]) -> None:
+        super().__init__(flow, io.stopped)
+        self.io = io
+        self.finish = finish
+        try:
+            # the start (resolving "$", finding feeds, joining a group) runs in the call, so
+            # "new events" means events appended after it
+            self.resume(None)
+            while isinstance(self.step, Batch):
+                self.resume(io.send(self.step))
+        except BaseException:
+            self.shutdown()
+            raise
+
+    def items(self) -> Generator[Any, None, None]:
+        try:
+            while (step := self.due()) is not None:
+                if isinstance(step, Deliver):
+                    yield step.item
+                    self.resume(None)
+                else:
+                    self.resume(self.io.send(step))
+        finally:
+            self.shutdown()
+
+    def shutdown(self) -> None:
+        if self.closing():
+            try:
+                self.finish()
+            finally:
+                self.io.close()
+
+
+_S = TypeVar("_S", bound="_Driven[Any, Any]")
+
+
+class _Driven(Generic[T, C]):
+    """What ``Tail``, ``TailAll`` and ``ConsumerGroup`` share: an iterator over what their
+    reader core delivers, driven by a ``SyncShell`` of their own, and its stopping."""
+
+    def __init__(self, saver: Saver, core: C) -> None:
+        self._core = core
+        self._io = io = SyncShell(saver)
+        self._driver = _Driver(io, core.run(), self._finisher())
+        self._items: Generator[T, None, None] = self._driver.items()
+
+    def _finisher(self) -> Callable[[], None]:
+        """What to run once reading is over, before the connection closes; it must not
+        reference ``self`` (see ``Driving``)."""
+        return lambda: None
+
+    def __iter__(self) -> Iterator[T]:
+        return self
+
+    def __next__(self) -> T:
+        return next(self._items)
+
+    def stop(self) -> None:
+        """End the iteration from another thread (a blocked read returns at once)."""
+        self._io.stop()
+
+    def close(self) -> None:
+        """End the iteration and close its connection; safe to call more than once."""
+        self._io.stop()
+        try:
+            self._items.close()
+        except ValueError:
+            return  # iterating in another thread right now: stop() makes it end by itself
+        self._driver.shutdown()
+
+    def __enter__(self: _S) -> _S:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class Tail(ThreadTailView, _Driven[ThreadEvent, ThreadTail]):
+    """``saver.tail(...)``: one thread's events, in order. ``position`` is the id of the last
+    event handed over (or skipped): ``saver.tail(thread_id, after=position)`` resumes exactly
+    after it. ``skipped`` counts events reported and skipped."""
+
+
+class TailAll(FeedTailView, _Driven[ThreadEvent, FeedTail]):
+    """``saver.tail_all(...)``: every thread's events, through the feeds. ``cursor`` is where
+    it is (after the last event handed over): ``saver.tail_all(after=cursor)`` resumes."""
+
+
+class ConsumerGroup(GroupView, _Driven[Delivery, GroupReader]):
+    """``saver.consumer_group(...)``: this process's member of a consumer group over every
+    thread's events. Iterate for ``Delivery`` values and ``ack()`` each one handled; one not
+    acknowledged within ``min_idle_ms`` is delivered again (to any member), and one delivered
+    ``max_deliveries`` times is parked. ``close()`` leaves the group: the member is deleted
+    unless entries are still pending for it (``kept_on`` says on how many feeds)."""
+
+    def _finisher(self) -> Callable[[], None]:
+        core, io = self._core, self._io
+        return lambda: run(leaving(core), {Batch: io.send})
+
+    def ack(self, *deliveries: Delivery) -> None:
+        """Acknowledge handled deliveries (one round trip); safe from any thread."""
+        raise_errors(self._io.send(self._core.ack_call(deliveries)))
+
+    def destroy(self) -> int:
+        """Delete the group from every feed, pending entries included; returns on how many."""
+        self.close()
+        return run(self._core.destroy(), {Batch: self._io.send})
