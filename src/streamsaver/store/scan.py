@@ -1,7 +1,7 @@
 """A search that looks at every item under its namespace prefix (a filter, a ranking without
 the server's vector index, a deep page), and a listing of the namespaces, in slices
 (lua/store/store_scan.lua): in one script, a namespace of a million items (or a million namespaces)
-held the server, and every tenant on it, for seconds (issue 13).
+held the server, and every tenant on it, for seconds.
 
 The slices' answers are put together into what one script would have answered at the moment
 of the last slice. HSCAN answers every item that stays in a bucket from its first page to its

@@ -1,6 +1,6 @@
 """The Store's rebuild and verify in slices (lua/store/store_slice.lua): one script over a bucket's
 whole log held the server for as long as the log was long, and Redis runs one script at a
-time, so one tenant's big store stalled every other tenant (issue 13). Each call here does at
+time, so one tenant's big store stalled every other tenant. Each call here does at
 most ``slice_ms`` of server time on one bucket's work, then pauses (``Pace``); the buckets go
 in rounds that share a slice, as a thread rebuild's threads do."""
 

@@ -3,96 +3,103 @@ delete is an event in a Redis stream (docs/store.md).
 
 Both are thin shells: ``store.ops`` yields the Redis operations, and each store sends them
 through a saver of the same prefix on the same client, so scripts, cluster redirections,
-reloads after a restart and error translation have one implementation.
+reloads after a restart and error translation have one implementation. What the two share
+(the constructor, and each operation's signature and docstring) is written once in
+``store.shell``; ``_runs``/``_awaits`` (``_streams``/``_astreams`` for a tail) make one of its
+operations the sync store's method and the async store's ``a`` method.
 """
 
 from __future__ import annotations
 
 import asyncio
 import builtins
+import inspect
 import logging
 import threading
-import time
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator
 from contextlib import asynccontextmanager, contextmanager, suppress
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import redis
 import redis.asyncio as aredis
-from langgraph.checkpoint.serde.base import SerializerProtocol, maybe_add_typed_methods
-from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
-from langgraph.store.base import BaseStore, IndexConfig, Op, Result, TTLConfig
+from langgraph.store.base import Op, Result
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
+from typing_extensions import Unpack
 
 from ..checkpoint.aio import AsyncRedisStreamSaver
-from ..checkpoint.base import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_PREFIX, _check_serde, check_client
 from ..checkpoint.saver import RedisStreamSaver
-from ..core.chain import ChainCheck
-from ..core.errors import InvalidInputError, InvalidUsageError, StreamSaverError
-from ..core.slicing import Replay
-from ..memory_events import MemoryEvent, StoreCursor
-from .index import StoreIndex
-from .ops import StoreOperations, check_ttl_config
+from ..core.errors import InvalidUsageError, StreamSaverError
+from ..core.flow import Flow, Items
+from .shell import StoreOptions, StoreShell, next_batch
 
 __all__ = ["AsyncRedisStreamStore", "RedisStreamStore"]
 
 logger = logging.getLogger(__name__)
 
+P = ParamSpec("P")
+T = TypeVar("T")
+E = TypeVar("E")
+F = TypeVar("F", bound=Callable[..., Any])
 
-class _Store(BaseStore):
-    """What the two stores' constructors share: the options, checked once, and the
-    attributes LangGraph's other stores expose."""
-
-    supports_ttl = True
-
-    def _setup_shell(
-        self,
-        client: Any,
-        prefix: str,
-        serde: SerializerProtocol | None,
-        ttl: TTLConfig | None,
-        index: IndexConfig | None,
-        chain: bool,
-        max_payload_bytes: int,
-        /,
-    ) -> None:
-        if serde is not None:
-            _check_serde(serde)
-        self._ops = StoreOperations(
-            prefix,
-            maybe_add_typed_methods(serde) if serde is not None else JsonPlusSerializer(),
-            cluster=isinstance(client, (RedisCluster, AsyncRedisCluster)),
-            chain=chain,
-            max_payload_bytes=max_payload_bytes,
-            ttl=check_ttl_config(ttl),
-            index=StoreIndex(index) if index is not None else None,
-        )
-        self.ttl_config = self._ops.ttl
-        self._socket_timeout: float | None = (
-            None
-            if self._ops.cluster
-            else client.connection_pool.connection_kwargs.get("socket_timeout")
-        )
-        # as InMemoryStore and PostgresStore name them (LangGraph's server reads index_config)
-        self.index_config = self._ops.index.config if self._ops.index else None
-        self.embeddings = self._ops.index.embeddings if self._ops.index else None
-
-    def _block_ms(self, poll_s: float) -> int | None:
-        """How long a tail blocks waiting for news: ``poll_s``, within the client's socket
-        timeout; None on a cluster, where a tail sleeps ``poll_s`` instead."""
-        if self._ops.cluster:
-            return None
-        ms = poll_s * 1000
-        if self._socket_timeout:
-            ms = min(ms, self._socket_timeout * 500)
-        return max(1, int(ms))
-
-    def _sweep_minutes(self, given: float | None) -> float | None:
-        return given or (self.ttl_config or {}).get("sweep_interval_minutes")
+# one of StoreShell's operations: its "self" is either store
+Operation = Callable[Concatenate[Any, P], T]
 
 
-class RedisStreamStore(_Store):
+def _named(method: F, operation: Callable[..., Any], prefix: str = "") -> F:
+    """``method`` under the public name of ``operation`` (``_history``: ``history``, or with
+    ``prefix`` ``ahistory``), with its docstring and parameters (for ``help`` and
+    ``inspect``; not its return annotation: the method returns what the flow returns)."""
+    shown: Any = method
+    shown.__doc__ = operation.__doc__
+    shown.__name__ = shown.__qualname__ = prefix + operation.__name__.lstrip("_")
+    signature = inspect.signature(operation)
+    shown.__signature__ = signature.replace(return_annotation=inspect.Signature.empty)
+    return method
+
+
+def _runs(operation: Operation[P, Flow[T]]) -> Callable[Concatenate[RedisStreamStore, P], T]:
+    def run(self: RedisStreamStore, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return self._saver._run(operation(self, *args, **kwargs))
+
+    return _named(run, operation)
+
+
+def _streams(
+    operation: Operation[P, Items[builtins.list[E]]],
+) -> Callable[Concatenate[RedisStreamStore, P], Iterator[E]]:
+    def run(self: RedisStreamStore, /, *args: P.args, **kwargs: P.kwargs) -> Iterator[E]:
+        flow = operation(self, *args, **kwargs)
+        while (batch := self._saver._run(next_batch(flow))) is not None:
+            yield from batch
+
+    return _named(run, operation)
+
+
+def _awaits(
+    operation: Operation[P, Flow[T]],
+) -> Callable[Concatenate[AsyncRedisStreamStore, P], Coroutine[Any, Any, T]]:
+    async def run(self: AsyncRedisStreamStore, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return await self._saver._run(operation(self, *args, **kwargs))
+
+    return _named(run, operation, "a")
+
+
+def _astreams(
+    operation: Operation[P, Items[builtins.list[E]]],
+) -> Callable[Concatenate[AsyncRedisStreamStore, P], AsyncIterator[E]]:
+    async def run(
+        self: AsyncRedisStreamStore, /, *args: P.args, **kwargs: P.kwargs
+    ) -> AsyncIterator[E]:
+        flow = operation(self, *args, **kwargs)
+        while (batch := await self._saver._run(next_batch(flow))) is not None:
+            for item in batch:
+                yield item
+
+    return _named(run, operation, "a")
+
+
+class RedisStreamStore(StoreShell[redis.Redis | RedisCluster, RedisStreamSaver]):
     """A LangGraph ``BaseStore`` on a ``redis.Redis`` (or ``RedisCluster``) client.
 
     Every put and delete is appended as an event to a stream; the indexes that answer get,
@@ -100,59 +107,22 @@ class RedisStreamStore(_Store):
     replays them. ``ttl`` as ``PostgresStore``'s: ``{"default_ttl": minutes,
     "refresh_on_read": bool, "sweep_interval_minutes": minutes}``."""
 
-    def __init__(
-        self,
-        client: redis.Redis | RedisCluster,
-        *,
-        prefix: str = DEFAULT_PREFIX,
-        serde: SerializerProtocol | None = None,
-        ttl: TTLConfig | None = None,
-        index: IndexConfig | None = None,
-        chain: bool = True,
-        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
-        allow_eviction: bool = False,
-    ) -> None:
-        if not isinstance(client, (redis.Redis, RedisCluster)):
-            raise InvalidInputError(
-                f"RedisStreamStore needs a redis.Redis or RedisCluster client, got "
-                f"{type(client).__name__}; for redis.asyncio clients use AsyncRedisStreamStore"
-            )
-        check_client(client, "RedisStreamStore")
-        self._saver = RedisStreamSaver(
-            client, prefix=prefix, chain=chain, allow_eviction=allow_eviction
-        )
-        self._setup_shell(client, prefix, serde, ttl, index, chain, max_payload_bytes)
-        self._sweeper: threading.Thread | None = None
-        self._stop = threading.Event()
+    _clients = (redis.Redis, RedisCluster)
+    _needs = "a redis.Redis or RedisCluster"
+    _instead = "for redis.asyncio clients use AsyncRedisStreamStore"
+    _saver_class = RedisStreamSaver
+    _sweeper: threading.Thread | None = None
 
     @classmethod
     @contextmanager
     def from_conn_string(
-        cls,
-        url: str,
-        *,
-        prefix: str = DEFAULT_PREFIX,
-        serde: SerializerProtocol | None = None,
-        ttl: TTLConfig | None = None,
-        index: IndexConfig | None = None,
-        chain: bool = True,
-        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
-        allow_eviction: bool = False,
-        cluster: bool | None = None,
+        cls, url: str, *, cluster: bool | None = None, **options: Unpack[StoreOptions]
     ) -> Iterator[RedisStreamStore]:
         """A store on a client it creates from ``url`` (``rediss://user:password@...`` for TLS
         and an ACL user) and closes on exit; the server is checked on entry (``setup``).
         ``cluster``: use a ``RedisCluster`` client; ``None`` asks the server. A ttl with
-        ``sweep_interval_minutes`` starts the sweeper, stopped on exit."""
-        options: dict[str, Any] = {
-            "prefix": prefix,
-            "serde": serde,
-            "ttl": ttl,
-            "index": index,
-            "chain": chain,
-            "max_payload_bytes": max_payload_bytes,
-            "allow_eviction": allow_eviction,
-        }
+        ``sweep_interval_minutes`` starts the sweeper, stopped on exit. ``options``: the
+        constructor's."""
         if cluster is None:
             with redis.Redis.from_url(url) as probe:
                 cluster = bool(probe.info("cluster").get("cluster_enabled"))
@@ -175,6 +145,10 @@ class RedisStreamStore(_Store):
         self._saver.setup()
         self._saver._run(self._ops.setup_vectors())
 
+    rebuild = _runs(StoreShell._rebuild)
+    verify = _runs(StoreShell._verify)
+    verify_chain = _runs(StoreShell._verify_chain)
+
     def batch(self, ops: Iterable[Op]) -> builtins.list[Result]:
         ops = builtins.list(ops)
         return self._saver._run(self._ops.batch(ops, self._ops.embed(ops)))
@@ -183,20 +157,15 @@ class RedisStreamStore(_Store):
         # the client blocks: a worker thread keeps the event loop free
         return await asyncio.to_thread(self.batch, builtins.list(ops))
 
-    def sweep_ttl(self) -> int:
-        """Delete every item whose TTL ran out (an ``mdel`` event each); returns how many."""
-        return self._saver._run(self._ops.sweep())
+    sweep_ttl = _runs(StoreShell._sweep_ttl)
 
-    def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> None:
-        """Sweep in a daemon thread every ``sweep_interval_minutes`` (default: the ttl
-        config's); nothing when neither is set."""
-        minutes = self._sweep_minutes(sweep_interval_minutes)
-        if not minutes or self._sweeper is not None:
+    def _sweep_every(self, minutes: float) -> None:
+        if self._sweeper is not None:
             return
-        self._stop.clear()
+        self._stop = stop = threading.Event()
 
         def run() -> None:
-            while not self._stop.wait(float(minutes) * 60):
+            while not stop.wait(minutes * 60):
                 try:
                     self.sweep_ttl()
                 except StreamSaverError:
@@ -207,100 +176,32 @@ class RedisStreamStore(_Store):
         self._sweeper.start()
 
     def stop_ttl_sweeper(self) -> None:
-        self._stop.set()
         if self._sweeper is not None:
+            self._stop.set()
             self._sweeper.join()
             self._sweeper = None
 
-    def rebuild(self) -> Replay:
-        """Re-project every index from the logs: events applied, skipped, and why."""
-        return self._saver._run(self._ops.rebuild())
-
-    def verify(self) -> tuple[int, int, builtins.list[str]]:
-        """Replay the logs into scratch keys and compare with the indexes: (applied, skipped,
-        problems); no problems means the indexes are exactly a replay of the logs."""
-        return self._saver._run(self._ops.verify())
-
-    def verify_chain(self) -> builtins.list[tuple[int, ChainCheck]]:
-        """Each bucket's digest chain check (``.ok``, ``.problem``), as ``audit verify``."""
-        return self._saver._run(self._ops.verify_chain())
-
-    def history(
-        self, namespace: tuple[str, ...], key: str | None = None, *, values: bool = False
-    ) -> builtins.list[MemoryEvent]:
-        """The events of a namespace (and key), oldest first; ``values``: with each put's
-        value decoded through the serde."""
-        return self._saver._run(self._ops.history(namespace, key, values))
-
-    def changes(
-        self, after: StoreCursor | None = None, *, count: int = 100, values: bool = False
-    ) -> tuple[builtins.list[MemoryEvent], StoreCursor]:
-        """Every bucket's events after ``after`` (None: from the start), at most ``count`` per
-        bucket, in order within each bucket and by time across them, and the cursor to pass
-        next time: one round trip (per node) however many buckets."""
-        return self._saver._run(self._ops.changes(after, count, values))
-
-    def tail(
-        self,
-        after: StoreCursor | None = None,
-        *,
-        follow: bool = True,
-        poll_s: float = 0.5,
-        values: bool = False,
-    ) -> Iterator[MemoryEvent]:
-        """Memory events as they happen: ``changes`` again and again; whenever nothing is
-        new, a blocking read of every log for up to ``poll_s`` (on a cluster, a sleep of
-        ``poll_s``); ``follow=False`` ends once caught up. ``after=None`` starts at the
-        beginning; ``store.changes()[1]`` after a full read is "from now"."""
-        cursor = after
-        while True:
-            events, cursor = self.changes(cursor, values=values)
-            yield from events
-            if not events:
-                if not follow:
-                    return
-                block_ms = self._block_ms(poll_s)
-                if block_ms is None:
-                    time.sleep(poll_s)
-                else:
-                    self._saver._run(self._ops.wait(cursor, block_ms))
+    history = _runs(StoreShell._history)
+    changes = _runs(StoreShell._changes)
+    tail = _streams(StoreShell._tail)
 
 
-class AsyncRedisStreamStore(_Store):
+class AsyncRedisStreamStore(StoreShell[aredis.Redis | AsyncRedisCluster, AsyncRedisStreamSaver]):
     """The asyncio twin of ``RedisStreamStore``, on a ``redis.asyncio`` client. Its sync
     methods work from other threads while its event loop runs."""
 
-    def __init__(
-        self,
-        client: aredis.Redis | AsyncRedisCluster,
-        *,
-        prefix: str = DEFAULT_PREFIX,
-        serde: SerializerProtocol | None = None,
-        ttl: TTLConfig | None = None,
-        index: IndexConfig | None = None,
-        chain: bool = True,
-        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
-        allow_eviction: bool = False,
-    ) -> None:
-        if not isinstance(client, (aredis.Redis, AsyncRedisCluster)):
-            raise InvalidInputError(
-                f"AsyncRedisStreamStore needs a redis.asyncio.Redis or RedisCluster client, "
-                f"got {type(client).__name__}; for synchronous clients use RedisStreamStore"
-            )
-        check_client(client, "AsyncRedisStreamStore")
-        self._saver = AsyncRedisStreamSaver(
-            client, prefix=prefix, chain=chain, allow_eviction=allow_eviction
-        )
-        self._setup_shell(client, prefix, serde, ttl, index, chain, max_payload_bytes)
-        self._sweeper: asyncio.Task[None] | None = None
+    _clients = (aredis.Redis, AsyncRedisCluster)
+    _needs = "a redis.asyncio.Redis or RedisCluster"
+    _instead = "for synchronous clients use RedisStreamStore"
+    _saver_class = AsyncRedisStreamSaver
+    _sweeper: asyncio.Task[None] | None = None
 
     @classmethod
     @asynccontextmanager
     async def from_conn_string(
-        cls, url: str, **options: Any
+        cls, url: str, *, cluster: bool | None = None, **options: Unpack[StoreOptions]
     ) -> AsyncIterator[AsyncRedisStreamStore]:
         """See ``RedisStreamStore.from_conn_string``."""
-        cluster = options.pop("cluster", None)
         if cluster is None:
             probe = aredis.Redis.from_url(url)
             try:
@@ -324,6 +225,10 @@ class AsyncRedisStreamStore(_Store):
         await self._saver.asetup()
         await self._saver._run(self._ops.setup_vectors())
 
+    arebuild = _awaits(StoreShell._rebuild)
+    averify = _awaits(StoreShell._verify)
+    averify_chain = _awaits(StoreShell._verify_chain)
+
     async def abatch(self, ops: Iterable[Op]) -> builtins.list[Result]:
         ops = builtins.list(ops)
         return await self._saver._run(self._ops.batch(ops, await self._ops.aembed(ops)))
@@ -343,19 +248,15 @@ class AsyncRedisStreamStore(_Store):
             )
         return asyncio.run_coroutine_threadsafe(self.abatch(builtins.list(ops)), loop).result()
 
-    async def asweep_ttl(self) -> int:
-        return await self._saver._run(self._ops.sweep())
+    asweep_ttl = _awaits(StoreShell._sweep_ttl)
 
-    def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> None:
-        """Sweep in a task on the running loop every ``sweep_interval_minutes`` (default: the
-        ttl config's); nothing when neither is set."""
-        minutes = self._sweep_minutes(sweep_interval_minutes)
-        if not minutes or self._sweeper is not None:
+    def _sweep_every(self, minutes: float) -> None:
+        if self._sweeper is not None:
             return
 
         async def run() -> None:
             while True:
-                await asyncio.sleep(float(minutes) * 60)
+                await asyncio.sleep(minutes * 60)
                 try:
                     await self.asweep_ttl()
                 except StreamSaverError:
@@ -370,44 +271,6 @@ class AsyncRedisStreamStore(_Store):
                 await self._sweeper
             self._sweeper = None
 
-    async def arebuild(self) -> Replay:
-        return await self._saver._run(self._ops.rebuild())
-
-    async def averify(self) -> tuple[int, int, builtins.list[str]]:
-        return await self._saver._run(self._ops.verify())
-
-    async def averify_chain(self) -> builtins.list[tuple[int, ChainCheck]]:
-        return await self._saver._run(self._ops.verify_chain())
-
-    async def ahistory(
-        self, namespace: tuple[str, ...], key: str | None = None, *, values: bool = False
-    ) -> builtins.list[MemoryEvent]:
-        return await self._saver._run(self._ops.history(namespace, key, values))
-
-    async def achanges(
-        self, after: StoreCursor | None = None, *, count: int = 100, values: bool = False
-    ) -> tuple[builtins.list[MemoryEvent], StoreCursor]:
-        return await self._saver._run(self._ops.changes(after, count, values))
-
-    async def atail(
-        self,
-        after: StoreCursor | None = None,
-        *,
-        follow: bool = True,
-        poll_s: float = 0.5,
-        values: bool = False,
-    ) -> AsyncIterator[MemoryEvent]:
-        """See ``RedisStreamStore.tail``."""
-        cursor = after
-        while True:
-            events, cursor = await self.achanges(cursor, values=values)
-            for event in events:
-                yield event
-            if not events:
-                if not follow:
-                    return
-                block_ms = self._block_ms(poll_s)
-                if block_ms is None:
-                    await asyncio.sleep(poll_s)
-                else:
-                    await self._saver._run(self._ops.wait(cursor, block_ms))
+    ahistory = _awaits(StoreShell._history)
+    achanges = _awaits(StoreShell._changes)
+    atail = _astreams(StoreShell._tail)
