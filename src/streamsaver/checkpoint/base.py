@@ -1,24 +1,38 @@
-"""What both savers share, free of I/O: options, validation, versions, the operations core."""
+"""What both savers share, free of I/O: the constructor and its options' checks, versions, the
+operations core, and the reader cores their tails and consumer groups drive.
+
+Each shell (``saver``, ``aio``) names the clients it drives and attaches its transport to one
+(``_attach``); everything else a saver is made of is built here, once."""
 
 from __future__ import annotations
 
 import math
 import random
-from typing import Any
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any, ClassVar, Generic, TypeVar
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.serde.base import SerializerProtocol, maybe_add_typed_methods
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..core.codec import Codec
 from ..core.delta import DeltaCache
 from ..core.durability import Durability, DurabilityMode
-from ..core.errors import InvalidInputError
+from ..core.errors import InvalidInputError, connect_error
 from ..core.keys import validate_prefix
 from ..core.slicing import DEFAULT_SLICE_MS, DEFAULT_SLICE_PAUSE
 from ..lua import SOURCES
+from ..tailing import default_consumer_name
+from ..tailing.feeds import FeedTail
+from ..tailing.groups import GroupReader
+from ..tailing.thread import ThreadTail
+from ..transport.clients import client_options, probe_options
 from ..transport.core import Scripts
 from ..transport.moves import DEFAULT_SLOT_MOVE_TIMEOUT_S, check_timeout
 from .ops import Operations
+from .options import GroupOptions, SaverOptions, TailAllOptions, TailOptions, check_options
 from .projections import Projections
 
 __all__ = [
@@ -27,11 +41,16 @@ __all__ = [
     "DEFAULT_PREFIX",
     "StreamSaverBase",
     "check_client",
+    "connecting",
+    "from_conn_string_options",
+    "require_client",
 ]
 
 DEFAULT_PREFIX = "streamsaver"
 DEFAULT_MAX_PAYLOAD_BYTES = 64 * 1024 * 1024
 DEFAULT_DELTA_CACHE_BYTES = 64 * 1024 * 1024
+
+ClientT = TypeVar("ClientT")
 
 
 def check_client(client: object, saver: str) -> None:
@@ -43,6 +62,44 @@ def check_client(client: object, saver: str) -> None:
         )
 
 
+def require_client(
+    client: object, kinds: tuple[type, ...], saver: str, needs: str, instead: str
+) -> None:
+    """Refuse a client ``saver`` cannot drive (``needs`` says which it can, ``instead`` who
+    drives this one), or one that decodes replies."""
+    if not isinstance(client, kinds):
+        raise InvalidInputError(
+            f"{saver} needs {needs} client, got {type(client).__name__}; {instead}"
+        )
+    check_client(client, saver)
+
+
+def from_conn_string_options(
+    options: Mapping[str, object],
+    connect_timeout: float | None,
+    socket_timeout: float | None,
+    retries: int,
+    *,
+    sync: bool,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``from_conn_string``'s client options and its probe's, once ``options`` hold nothing
+    the constructor takes but ``from_conn_string`` does not pass on (the constructor checks
+    the rest)."""
+    check_options(options, SaverOptions.__optional_keys__, "from_conn_string")
+    kwargs = client_options(connect_timeout, socket_timeout, retries, sync=sync)
+    return kwargs, probe_options(kwargs, sync=sync)
+
+
+@contextmanager
+def connecting(url: str) -> Iterator[None]:
+    """A connection or timeout error while first reaching ``url``, raised as the typed error
+    it means (``ConnectionFailedError``, ``AuthenticationFailedError``, ``TLSError``)."""
+    try:
+        yield
+    except (RedisConnectionError, RedisTimeoutError) as exc:
+        raise connect_error(exc, url) from exc
+
+
 def config_readable(client: object) -> bool:
     """Whether setup may ask CONFIG GET: not for a named ACL user, which a least-privilege
     setup denies CONFIG (streamsaver.acl), so asking would only fill the server's ACL LOG."""
@@ -51,26 +108,22 @@ def config_readable(client: object) -> bool:
     return kwargs.get("username") in (None, "default")
 
 
-def _check_ttl(ttl_seconds: object) -> float | None:
-    if ttl_seconds is None:
-        return None
-    if (
-        not isinstance(ttl_seconds, (int, float))
-        or isinstance(ttl_seconds, bool)
-        or not math.isfinite(ttl_seconds)
-        or ttl_seconds < 0.001
-    ):
-        raise InvalidInputError(
-            f"ttl_seconds={ttl_seconds!r}: give a number of seconds >= 0.001 after which a "
-            f"thread without writes expires, or None to keep threads until deleted"
-        )
-    return float(ttl_seconds)
-
-
 def _number(value: object) -> float | None:
     if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
         return float(value)
     return None
+
+
+def _check_ttl(ttl_seconds: object) -> float | None:
+    if ttl_seconds is None:
+        return None
+    seconds = _number(ttl_seconds)
+    if seconds is None or seconds < 0.001:
+        raise InvalidInputError(
+            f"ttl_seconds={ttl_seconds!r}: give a number of seconds >= 0.001 after which a "
+            f"thread without writes expires, or None to keep threads until deleted"
+        )
+    return seconds
 
 
 def _check_slices(slice_ms: object, slice_pause: object) -> tuple[float, float]:
@@ -98,17 +151,26 @@ def _check_serde(serde: object) -> None:
         )
 
 
-class StreamSaverBase(BaseCheckpointSaver[str]):
+class StreamSaverBase(BaseCheckpointSaver[str], Generic[ClientT]):
+    """The constructor both savers share: it checks ``client`` and every option, builds the
+    operations core, and hands the client to the shell's ``_attach``."""
+
+    # which clients the shell drives, and what it says of another: require_client's arguments
+    _client_types: ClassVar[tuple[type, ...]]
+    _client_text: ClassVar[tuple[str, str, str]]
+    _cluster: bool
+
     def __init__(
         self,
+        client: ClientT,
         *,
-        prefix: str,
-        serde: SerializerProtocol | None,
-        max_payload_bytes: int,
-        delta_cache_bytes: int,
-        durability: DurabilityMode,
-        replicas: int,
-        durability_timeout_ms: int,
+        prefix: str = DEFAULT_PREFIX,
+        serde: SerializerProtocol | None = None,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        delta_cache_bytes: int = DEFAULT_DELTA_CACHE_BYTES,
+        durability: DurabilityMode = "none",
+        replicas: int = 1,
+        durability_timeout_ms: int = 1000,
         fencing: bool = False,
         ttl_seconds: float | None = None,
         keep_last: int | None = None,
@@ -119,6 +181,7 @@ class StreamSaverBase(BaseCheckpointSaver[str]):
         slice_ms: float = DEFAULT_SLICE_MS,
         slice_pause: float = DEFAULT_SLICE_PAUSE,
     ) -> None:
+        require_client(client, self._client_types, *self._client_text)
         if serde is not None:
             _check_serde(serde)
         super().__init__(serde=serde)
@@ -155,11 +218,6 @@ class StreamSaverBase(BaseCheckpointSaver[str]):
                 f"or None to keep every checkpoint"
             )
         self.keep_last = keep_last
-        if not isinstance(chain, bool):
-            raise InvalidInputError(
-                f"chain={chain!r}: give True (every event carries digests chaining it to the one "
-                f"before, docs/audit.md) or False"
-            )
         self.chain = chain
         # long operations' slices (Operations.slice_ms, slice_pause)
         self.slice_ms, self.slice_pause = _check_slices(slice_ms, slice_pause)
@@ -167,6 +225,14 @@ class StreamSaverBase(BaseCheckpointSaver[str]):
         self._ops = self._operations()
         # how scripts reach the server, and whether the user may only read (transport/core.py)
         self._seam = Scripts(SOURCES)
+        self.client = client
+        self._ops.read_config = config_readable(client)
+        self.server_version: tuple[int, ...] | None = None
+        self._attach(client)
+
+    def _attach(self, client: ClientT) -> None:
+        """The shell's transport over ``client``; it sets ``_cluster``."""
+        raise NotImplementedError
 
     def _operations(self) -> Operations:
         cache = DeltaCache(self.delta_cache_bytes) if self.delta_cache_bytes else None
@@ -204,7 +270,7 @@ class StreamSaverBase(BaseCheckpointSaver[str]):
             # what the cache holds is the old serde's encoding of values
             ops.cache = DeltaCache(self.delta_cache_bytes)
 
-    def __copy__(self) -> StreamSaverBase:
+    def __copy__(self) -> StreamSaverBase[ClientT]:
         # a copy (with_allowlist's) gets a serde of its own: it must not share the codec the
         # serde setter changes in place, nor the delta cache
         clone = type(self).__new__(type(self))
@@ -236,6 +302,28 @@ class StreamSaverBase(BaseCheckpointSaver[str]):
         else:
             counter = int(str(current).split(".", 1)[0])
         return f"{counter + 1:010d}.{random.getrandbits(32):08x}"
+
+    # The cores of tail, tail_all and consumer_group, which each shell wraps in its driver.
+    def _thread_tail(self, method: str, thread_id: str, options: TailOptions) -> ThreadTail:
+        check_options(options, TailOptions.__optional_keys__, method)
+        return ThreadTail(self.prefix, self._ops.codec, thread_id, **options)
+
+    def _feed_tail(self, method: str, options: TailAllOptions) -> FeedTail:
+        check_options(options, TailAllOptions.__optional_keys__, method)
+        return FeedTail(self.prefix, self._ops.codec, cluster=self._cluster, **options)
+
+    def _group_reader(
+        self, method: str, group: str, consumer: str | None, options: GroupOptions
+    ) -> GroupReader:
+        check_options(options, GroupOptions.__optional_keys__, method)
+        return GroupReader(
+            self.prefix,
+            self._ops.codec,
+            group=group,
+            consumer=default_consumer_name() if consumer is None else consumer,
+            cluster=self._cluster,
+            **options,
+        )
 
 
 def page_limit(limit: object) -> int | None:

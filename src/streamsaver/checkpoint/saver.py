@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import builtins
 import time
-from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import partial
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import redis
 from langchain_core.runnables import RunnableConfig
@@ -21,56 +20,39 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from redis.cluster import RedisCluster
-from redis.exceptions import (
-    ClusterError,
-    ResponseError,
-)
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.exceptions import ClusterError, ResponseError
 
 from ..audit import trail as audit
 from ..core.chain import ChainCheck
-from ..core.durability import DurabilityMode
-from ..core.errors import LOST, InvalidInputError, connect_error
+from ..core.errors import LOST
 from ..core.flow import Call, Eval, Flow, Pause, Step, T, drive, iterate
-from ..core.slicing import DEFAULT_SLICE_MS, DEFAULT_SLICE_PAUSE, Replay
-from ..events import FeedCursor, ProjectorLag, SkippedEvent, ThreadDeletion, ThreadEvent, ThreadInfo
+from ..core.slicing import Replay
+from ..events import ProjectorLag, SkippedEvent, ThreadDeletion, ThreadEvent, ThreadInfo
 from ..lua import SOURCES
-from ..tailing.feeds import FeedTail
-from ..tailing.groups import GroupReader
-from ..tailing.shells import ConsumerGroup, Tail, TailAll, default_consumer_name
-from ..tailing.steps import DEFAULT_BLOCK_MS, DEFAULT_COUNT, DEFAULT_POLL_MS, Report
-from ..tailing.thread import ThreadTail
-from ..transport.clients import (
-    DEFAULT_CONNECT_TIMEOUT_S,
-    DEFAULT_RETRIES,
-    client_options,
-    probe_options,
-)
+from ..tailing import ConsumerGroup, Tail, TailAll
+from ..transport.clients import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_RETRIES
 from ..transport.connection import HeldConnection, NodeConnections
 from ..transport.core import Durably, LoadScripts, LoadThere, Pipeline, Relearn, Verbs, run, what
 from ..transport.exchange import ScanNode, Views, exchange
-from ..transport.moves import DEFAULT_SLOT_MOVE_TIMEOUT_S, Moves
+from ..transport.moves import Moves
 from ..transport.sending import load_scripts, relearn, send_pipeline
-from .base import (
-    DEFAULT_DELTA_CACHE_BYTES,
-    DEFAULT_MAX_PAYLOAD_BYTES,
-    DEFAULT_PREFIX,
-    StreamSaverBase,
-    check_client,
-    config_readable,
-    page_limit,
-)
+from .base import StreamSaverBase, connecting, from_conn_string_options, page_limit
+from .bridges import InThread
+from .calls import call_through, node_views, scan_node
 from .history import delta_channel_history
 from .migrate import Migrated, migrate_keys, reindex_threads
+from .options import GroupOptions, SaverOptions, TailAllOptions, TailOptions
 from .projections import Applied
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["RedisStreamSaver"]
 
 SyncClient = redis.Redis | RedisCluster
 
 
-class RedisStreamSaver(StreamSaverBase):
+class RedisStreamSaver(InThread, StreamSaverBase[SyncClient]):
     """A LangGraph checkpointer that appends every ``put`` and ``put_writes`` to a per-thread
     Redis Stream and answers reads from indexes projected in the same atomic script.
 
@@ -80,53 +62,14 @@ class RedisStreamSaver(StreamSaverBase):
     async code prefer ``AsyncRedisStreamSaver``.
     """
 
-    def __init__(
-        self,
-        client: SyncClient,
-        *,
-        prefix: str = DEFAULT_PREFIX,
-        serde: SerializerProtocol | None = None,
-        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
-        delta_cache_bytes: int = DEFAULT_DELTA_CACHE_BYTES,
-        durability: DurabilityMode = "none",
-        replicas: int = 1,
-        durability_timeout_ms: int = 1000,
-        fencing: bool = False,
-        ttl_seconds: float | None = None,
-        keep_last: int | None = None,
-        chain: bool = True,
-        allow_eviction: bool = False,
-        reuse_items: bool = False,
-        slot_move_timeout_s: float = DEFAULT_SLOT_MOVE_TIMEOUT_S,
-        slice_ms: float = DEFAULT_SLICE_MS,
-        slice_pause: float = DEFAULT_SLICE_PAUSE,
-    ) -> None:
-        if not isinstance(client, (redis.Redis, RedisCluster)):
-            raise InvalidInputError(
-                f"RedisStreamSaver needs a redis.Redis or RedisCluster client, got "
-                f"{type(client).__name__}; for redis.asyncio clients use AsyncRedisStreamSaver"
-            )
-        check_client(client, "RedisStreamSaver")
-        super().__init__(
-            prefix=prefix,
-            serde=serde,
-            max_payload_bytes=max_payload_bytes,
-            delta_cache_bytes=delta_cache_bytes,
-            durability=durability,
-            replicas=replicas,
-            durability_timeout_ms=durability_timeout_ms,
-            fencing=fencing,
-            ttl_seconds=ttl_seconds,
-            keep_last=keep_last,
-            chain=chain,
-            allow_eviction=allow_eviction,
-            reuse_items=reuse_items,
-            slot_move_timeout_s=slot_move_timeout_s,
-            slice_ms=slice_ms,
-            slice_pause=slice_pause,
-        )
-        self.client = client
-        self._ops.read_config = config_readable(client)
+    _client_types = (redis.Redis, RedisCluster)
+    _client_text = (
+        "RedisStreamSaver",
+        "a redis.Redis or RedisCluster",
+        "for redis.asyncio clients use AsyncRedisStreamSaver",
+    )
+
+    def _attach(self, client: SyncClient) -> None:
         # redis-py's Script objects, for a caller that pipelines scripts itself (a benchmark's
         # bulk fill); the saver sends through _transport's Scripts
         self._scripts = {name: client.register_script(src) for name, src in SOURCES.items()}
@@ -143,10 +86,9 @@ class RedisStreamSaver(StreamSaverBase):
             Pause: lambda step: time.sleep(step.seconds),
             Durably: self._durably,
             LoadThere: self._load_there,
-            ScanNode: self._scan_node,
-            Views: self._views,
+            ScanNode: lambda step: call_through(scan_node(client, step)),
+            Views: lambda step: call_through(node_views(client)),
         }
-        self.server_version: tuple[int, ...] | None = None
 
     @classmethod
     @contextmanager
@@ -154,30 +96,17 @@ class RedisStreamSaver(StreamSaverBase):
         cls,
         url: str,
         *,
-        prefix: str = DEFAULT_PREFIX,
-        serde: SerializerProtocol | None = None,
-        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
-        delta_cache_bytes: int = DEFAULT_DELTA_CACHE_BYTES,
-        durability: DurabilityMode = "none",
-        replicas: int = 1,
-        durability_timeout_ms: int = 1000,
-        fencing: bool = False,
-        ttl_seconds: float | None = None,
-        keep_last: int | None = None,
-        chain: bool = True,
-        allow_eviction: bool = False,
-        reuse_items: bool = False,
-        slice_ms: float = DEFAULT_SLICE_MS,
-        slice_pause: float = DEFAULT_SLICE_PAUSE,
         cluster: bool | None = None,
         connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT_S,
         socket_timeout: float | None = None,
         retries: int = DEFAULT_RETRIES,
+        **options: Unpack[SaverOptions],
     ) -> Iterator[RedisStreamSaver]:
-        """A saver on a client it creates from ``url`` and closes on exit. ``cluster``: use a
-        ``RedisCluster`` client; ``None`` asks the server (``INFO cluster``) and follows it.
-        The server is checked on entry, as ``setup()`` does: a ``maxmemory-policy`` that may
-        evict the saver's keys is refused unless ``allow_eviction=True``.
+        """A saver on a client it creates from ``url`` and closes on exit; ``options`` are the
+        constructor's (``prefix``, ``serde``, ``durability``, ``ttl_seconds``, ...). ``cluster``:
+        use a ``RedisCluster`` client; ``None`` asks the server (``INFO cluster``) and follows
+        it. The server is checked on entry, as ``setup()`` does: a ``maxmemory-policy`` that
+        may evict the saver's keys is refused unless ``allow_eviction=True``.
 
         ``connect_timeout`` bounds each connection attempt (``None``: no limit), ``socket_timeout``
         each reply (``None`` by default: a ``tail(follow=True)`` blocks on the server);
@@ -185,37 +114,15 @@ class RedisStreamSaver(StreamSaverBase):
         backoff, before ``ServerUnavailableError`` (a wrong password is never retried). A server
         that cannot be reached raises ``ConnectionFailedError``, ``AuthenticationFailedError``
         or ``TLSError`` on entry."""
-        client: SyncClient
-        options = client_options(connect_timeout, socket_timeout, retries, sync=True)
+        kwargs, probing = from_conn_string_options(
+            options, connect_timeout, socket_timeout, retries, sync=True
+        )
+        with connecting(url), redis.Redis.from_url(url, **probing) as probe:
+            enabled = bool(probe.info("cluster").get("cluster_enabled"))
+        kind = RedisCluster if (enabled if cluster is None else cluster) else redis.Redis
+        client: SyncClient = kind.from_url(url, **kwargs)
         try:
-            with redis.Redis.from_url(url, **probe_options(options, sync=True)) as probe:
-                enabled = bool(probe.info("cluster").get("cluster_enabled"))
-        except (RedisConnectionError, RedisTimeoutError) as exc:
-            raise connect_error(exc, url) from exc
-        cluster = enabled if cluster is None else cluster
-        if cluster:
-            client = RedisCluster.from_url(url, **options)
-        else:
-            client = redis.Redis.from_url(url, **options)
-        try:
-            saver = cls(
-                client,
-                prefix=prefix,
-                serde=serde,
-                max_payload_bytes=max_payload_bytes,
-                delta_cache_bytes=delta_cache_bytes,
-                durability=durability,
-                replicas=replicas,
-                durability_timeout_ms=durability_timeout_ms,
-                fencing=fencing,
-                ttl_seconds=ttl_seconds,
-                keep_last=keep_last,
-                chain=chain,
-                allow_eviction=allow_eviction,
-                reuse_items=reuse_items,
-                slice_ms=slice_ms,
-                slice_pause=slice_pause,
-            )
+            saver = cls(client, **options)
             # the server is checked here, so a server that cannot keep threads is refused
             # before the caller uses the saver
             saver.setup()
@@ -265,27 +172,6 @@ class RedisStreamSaver(StreamSaverBase):
             except (ResponseError, ClusterError) as exc:
                 return [exc]
         return send_pipeline(self.client, step)
-
-    def _scan_node(self, step: ScanNode) -> tuple[int, builtins.list[Any]]:
-        # redis-py leaves these untyped; Any keeps mypy from flagging every call
-        client: Any = self.client
-        if step.node is None:
-            return client.scan(step.cursor, match=step.pattern, count=1000, _type="STREAM")  # type: ignore[no-any-return]
-        node = client.get_node(node_name=step.node)
-        if node is None:  # a node the client has not heard of yet
-            client.nodes_manager.initialize()
-            node = client.get_node(node_name=step.node)
-        cursors, keys = client.scan(
-            step.cursor, match=step.pattern, count=1000, _type="STREAM", target_nodes=node
-        )
-        return next(iter(cursors.values())), keys
-
-    def _views(self, step: Views) -> dict[str, Any]:
-        client: Any = self.client
-        return {
-            node.name: client.execute_command("CLUSTER NODES", target_nodes=node)
-            for node in client.get_primaries()
-        }
 
     def _node(self, key: str, asked: tuple[str, int] | None) -> tuple[Any, bool]:
         """The client to send a durable write to, and whether it is the node ``asked`` names
@@ -501,169 +387,40 @@ class RedisStreamSaver(StreamSaverBase):
         in a slice of the saver's ``slice_ms``."""
         return self._run(self._projections.apply(slot, **{"slice_ms": self.slice_ms, **options}))
 
-    # LangGraph calls these when a graph with this saver runs async; the sync client blocks,
-    # so each call moves to a worker thread instead of stalling the event loop.
-    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return await asyncio.to_thread(self.get_tuple, config)
-
-    async def alist(
-        self,
-        config: RunnableConfig | None,
-        *,
-        filter: dict[str, Any] | None = None,
-        before: RunnableConfig | None = None,
-        limit: int | None = None,
-    ) -> AsyncIterator[CheckpointTuple]:
-        def collect() -> list[CheckpointTuple]:
-            return list(self.list(config, filter=filter, before=before, limit=limit))
-
-        for item in await asyncio.to_thread(collect):
-            yield item
-
-    async def aput(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
-        return await asyncio.to_thread(self.put, config, checkpoint, metadata, new_versions)
-
-    async def aput_writes(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
-        task_path: str = "",
-    ) -> None:
-        await asyncio.to_thread(self.put_writes, config, writes, task_id, task_path)
-
-    async def adelete_thread(self, thread_id: str) -> None:
-        await asyncio.to_thread(self.delete_thread, thread_id)
-
-    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
-        await asyncio.to_thread(self.delete_for_runs, run_ids)
-
-    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        await asyncio.to_thread(self.copy_thread, source_thread_id, target_thread_id)
-
-    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        await asyncio.to_thread(self.prune, thread_ids, strategy=strategy)
-
-    async def aget_delta_channel_history(
-        self, *, config: RunnableConfig, channels: Sequence[str]
-    ) -> dict[str, DeltaChannelHistory]:
-        return await asyncio.to_thread(
-            self.get_delta_channel_history, config=config, channels=channels
-        )
-
     # Live tailing (docs/tailing.md). Each reader has a connection of its own for its blocking
     # reads, closed when it ends: leave the loop, or call close() (stop() from another thread).
-    def tail(
-        self,
-        thread_id: str,
-        *,
-        after: str = "$",
-        follow: bool = True,
-        checkpoint_ns: str | None = None,
-        block_ms: int = DEFAULT_BLOCK_MS,
-        count: int = DEFAULT_COUNT,
-        on_skip: Report | None = None,
-    ) -> Tail:
+    def tail(self, thread_id: str, **options: Unpack[TailOptions]) -> Tail:
         """One thread's events, in order, as ``ThreadEvent`` values.
 
-        ``after``: ``"$"`` (only events appended from now), ``"0"`` (from the beginning) or an
-        event id (resume exactly after it; ``tail.position`` is the last one handed over).
-        ``follow=False`` ends once caught up with the log's end as of the call; ``follow=True``
-        waits for new events, in blocking reads of at most ``block_ms``, until stopped.
-        ``checkpoint_ns`` keeps one namespace. Events of an unknown kind or a newer schema, or
-        that cannot be decoded, go to ``on_skip`` and ``tail.skipped``; they never raise."""
-        core = ThreadTail(
-            self.prefix,
-            self._ops.codec,
-            thread_id,
-            after=after,
-            follow=follow,
-            checkpoint_ns=checkpoint_ns,
-            block_ms=block_ms,
-            count=count,
-            on_skip=on_skip,
-        )
-        return Tail(self, core)
+        ``after``: ``"$"`` (the default: only events appended from now), ``"0"`` (from the
+        beginning) or an event id (resume exactly after it; ``tail.position`` is the last one
+        handed over). ``follow=False`` ends once caught up with the log's end as of the call;
+        ``follow=True`` (the default) waits for new events, in blocking reads of at most
+        ``block_ms`` (1 s) and ``count`` (100) events each, until stopped. ``checkpoint_ns``
+        keeps one namespace. Events of an unknown kind or a newer schema, or that cannot be decoded,
+        go to ``on_skip`` and ``tail.skipped``; they never raise."""
+        return Tail(self, self._thread_tail("tail", thread_id, options))
 
-    def tail_all(
-        self,
-        *,
-        after: str | FeedCursor = "$",
-        follow: bool = True,
-        checkpoint_ns: str | None = None,
-        block_ms: int = DEFAULT_BLOCK_MS,
-        count: int = DEFAULT_COUNT,
-        discover_ms: int | None = None,
-        poll_ms: int = DEFAULT_POLL_MS,
-        on_skip: Report | None = None,
-    ) -> TailAll:
+    def tail_all(self, **options: Unpack[TailAllOptions]) -> TailAll:
         """Every thread's events under this prefix, through the per-slot feeds: in order within
         each thread, with no order across threads of different cluster slots. ``after``:
         ``"$"``, ``"0"`` (as far back as the feeds go) or a ``FeedCursor`` (or its JSON):
         ``tail.cursor`` after the last event handled resumes exactly after it. New feeds are
         found every ``discover_ms`` (default 1 s; 5 s on a cluster, where an idle round of
-        reads waits ``poll_ms``). Other options as for ``tail``."""
-        core = FeedTail(
-            self.prefix,
-            self._ops.codec,
-            after=after,
-            follow=follow,
-            checkpoint_ns=checkpoint_ns,
-            block_ms=block_ms,
-            count=count,
-            discover_ms=discover_ms,
-            poll_ms=poll_ms,
-            cluster=isinstance(self.client, RedisCluster),
-            on_skip=on_skip,
-        )
-        return TailAll(self, core)
+        reads waits ``poll_ms``, default 50). Other options as for ``tail``."""
+        return TailAll(self, self._feed_tail("tail_all", options))
 
     def consumer_group(
-        self,
-        group: str,
-        consumer: str | None = None,
-        *,
-        start: str = "$",
-        min_idle_ms: int = 30_000,
-        max_deliveries: int = 5,
-        claim_ms: int | None = None,
-        reap_idle_ms: int = 300_000,
-        block_ms: int = DEFAULT_BLOCK_MS,
-        count: int = DEFAULT_COUNT,
-        discover_ms: int | None = None,
-        poll_ms: int = DEFAULT_POLL_MS,
-        on_skip: Report | None = None,
+        self, group: str, consumer: str | None = None, **options: Unpack[GroupOptions]
     ) -> ConsumerGroup:
         """Join consumer group ``group`` over every thread's events, as ``consumer`` (default:
         host-pid-random), to process each event at least once: iterate for ``Delivery`` values
         and ``group.ack(delivery)`` each one handled. An event not acknowledged within
-        ``min_idle_ms`` (a crashed or stuck member) is delivered again, to whichever member
-        claims it (every ``claim_ms``, default ``min_idle_ms / 2``); one delivered
-        ``max_deliveries`` times is parked in ``<prefix>:{<slot>}:parked`` instead. Members
-        idle ``reap_idle_ms`` with nothing pending are deleted; ``close()`` deletes this one
-        unless entries are still pending for it. ``start`` (``"$"``, ``"0"`` or an id) is
-        where a group created now begins on the feeds that exist."""
-        core = GroupReader(
-            self.prefix,
-            self._ops.codec,
-            group=group,
-            consumer=default_consumer_name() if consumer is None else consumer,
-            start=start,
-            min_idle_ms=min_idle_ms,
-            max_deliveries=max_deliveries,
-            claim_ms=claim_ms,
-            reap_idle_ms=reap_idle_ms,
-            block_ms=block_ms,
-            count=count,
-            discover_ms=discover_ms,
-            poll_ms=poll_ms,
-            cluster=isinstance(self.client, RedisCluster),
-            on_skip=on_skip,
-        )
-        return ConsumerGroup(self, core)
+        ``min_idle_ms`` (default 30 s; a crashed or stuck member) is delivered again, to
+        whichever member claims it (every ``claim_ms``, default ``min_idle_ms / 2``); one
+        delivered ``max_deliveries`` (5) times is parked in ``<prefix>:{<slot>}:parked``
+        instead. Members idle ``reap_idle_ms`` (5 min) with nothing pending are deleted;
+        ``close()`` deletes this one unless entries are still pending for it. ``start``
+        (``"$"``, ``"0"`` or an id) is where a group created now begins on the feeds that
+        exist. Other options as for ``tail_all``."""
+        return ConsumerGroup(self, self._group_reader("consumer_group", group, consumer, options))
