@@ -1,3 +1,6 @@
-from .cli.app import main
+"""``python -m streamsaver ...``: the ``streamsaver`` command."""
 
-raise SystemExit(main())
+from .cli import main
+
+if __name__ == "__main__":  # imported (e.g. by the API reference's inspection), it runs nothing
+    raise SystemExit(main())

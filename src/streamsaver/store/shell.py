@@ -7,6 +7,7 @@ store's method and the async store's ``a`` method; only sending is theirs.
 from __future__ import annotations
 
 import builtins
+import inspect
 from abc import abstractmethod
 from collections.abc import Callable
 from typing import Any, ClassVar, Generic, TypedDict, TypeVar
@@ -55,6 +56,14 @@ class StoreShell(BaseStore, Generic[ClientT, SaverT]):
     _needs: ClassVar[str]
     _instead: ClassVar[str]
     _saver_class: Callable[..., SaverT]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # the methods stores.py makes from one operation each are the class's own: named as
+        # such, help() and the API reference list them with the methods written out
+        for name, value in vars(cls).items():
+            if inspect.isfunction(value) and "." not in value.__qualname__:
+                value.__qualname__ = f"{cls.__qualname__}.{name}"
 
     def __init__(
         self,
