@@ -148,8 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=64, help="concurrent async writers (64)")
     parser.add_argument("--processes", type=int, default=4, help="client processes (4)")
     parser.add_argument("--seconds", type=float, default=20, help="measured window (20)")
-    parser.add_argument("--thread-steps", type=int, default=50, help="steps per thread (50)")
     parser.add_argument("--rounds", type=int, default=3, help="runs of each size (3)")
+    script.thread_steps(parser)
     parser.add_argument(
         "--settle", type=float, default=5, help="seconds for the clients to start (5)"
     )

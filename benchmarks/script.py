@@ -9,7 +9,7 @@ from contextlib import contextmanager
 
 from streamsaver.embedded import EmbeddedRedis
 
-__all__ = ["parser", "server"]
+__all__ = ["parser", "server", "thread_steps"]
 
 
 def parser(name: str, doc: str | None, *, url: bool = False) -> argparse.ArgumentParser:
@@ -23,6 +23,11 @@ def parser(name: str, doc: str | None, *, url: bool = False) -> argparse.Argumen
     if url:
         out.add_argument("--url", default=os.environ.get("REDIS_URL"), help="Redis URL")
     return out
+
+
+def thread_steps(parser: argparse.ArgumentParser) -> None:
+    """``--thread-steps``, for a script whose writers each move to a fresh thread that often."""
+    parser.add_argument("--thread-steps", type=int, default=50, help="steps per thread (50)")
 
 
 @contextmanager

@@ -262,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--minutes", type=float, default=5, help="how long to write (5)")
     parser.add_argument("--writers", type=int, default=64, help="concurrent writers (64)")
     parser.add_argument("--tailers", type=int, default=4, help="atail_all readers (4)")
-    parser.add_argument("--thread-steps", type=int, default=50, help="steps per thread (50)")
+    script.thread_steps(parser)
     parser.add_argument("--every", type=float, default=15, help="seconds between samples (15)")
     parser.add_argument(
         "--warmup", type=float, default=60, help="seconds before the memory baseline (60)"

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from types import FrameType
 from typing import Annotated, Any
 
-from langgraph.graph import END, START, StateGraph
+from langgraph.graph import START, StateGraph
 from langgraph.types import Command, interrupt
 from typing_extensions import TypedDict
 
@@ -43,12 +43,8 @@ def build(saver: RedisStreamSaver) -> Any:
         verdict = interrupt(f"approve answer {state['turns']}?")
         return {"messages": [f"human: {verdict}"]}
 
-    builder = StateGraph(Chat)
-    builder.add_node("agent", agent)
-    builder.add_node("review", review)
+    builder = StateGraph(Chat).add_sequence([agent, review])
     builder.add_edge(START, "agent")
-    builder.add_edge("agent", "review")
-    builder.add_edge("review", END)
     return builder.compile(checkpointer=saver)
 
 

@@ -22,6 +22,8 @@ import pytest
 import redis
 import redis.asyncio as aredis
 
+from tests.keyspace import drop_keys
+
 if TYPE_CHECKING:
     from streamsaver import AsyncRedisStreamSaver, RedisStreamSaver
     from streamsaver.embedded import EmbeddedCluster
@@ -145,24 +147,13 @@ def redis_url() -> Iterator[str]:
             yield server.url
 
 
-def _escape_glob(text: str) -> str:
-    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
-
-
 @pytest.fixture
 def prefix(redis_url: str) -> Iterator[str]:
     """A key prefix no other test uses; every key under it is deleted afterwards."""
     value = f"t{uuid4().hex[:10]}"
     yield value
     with redis.Redis.from_url(redis_url) as client:
-        batch: list[bytes] = []
-        for key in client.scan_iter(match=_escape_glob(value) + "*", count=1000):
-            batch.append(key)
-            if len(batch) >= 500:
-                client.unlink(*batch)
-                batch.clear()
-        if batch:
-            client.unlink(*batch)
+        drop_keys(client, value)
 
 
 @pytest.fixture

@@ -254,7 +254,7 @@ def _sync_and_async(
     return on_sync, on_async
 
 
-def _chain(state: type[Any], **nodes: Any) -> StateGraph[Any, Any, Any, Any]:
+def pipeline(state: type[Any], **nodes: Any) -> StateGraph[Any, Any, Any, Any]:
     """A graph that runs *nodes* one after another, in the order given."""
     builder = StateGraph(state)
     for name, node in nodes.items():
@@ -262,6 +262,15 @@ def _chain(state: type[Any], **nodes: Any) -> StateGraph[Any, Any, Any, Any]:
     for before, after in itertools.pairwise([START, *nodes, END]):
         builder.add_edge(before, after)
     return builder
+
+
+def appending(channel: str, *names: str) -> dict[str, Callable[[Any], dict[str, Any]]]:
+    """Nodes by *names* that each append to list *channel* its name and the list's length."""
+    return {name: _appends(channel, name) for name in names}
+
+
+def _appends(channel: str, name: str) -> Callable[[Any], dict[str, Any]]:
+    return lambda state: {channel: [f"{name}{len(state[channel])}"]}
 
 
 def _fan_in(
@@ -314,7 +323,7 @@ def build_linear(checkpointer: BaseCheckpointSaver[Any]) -> Graph:
     def third(state: LinearState) -> dict[str, Any]:
         return {"log": ["third"], "total": state["total"] * 10}
 
-    builder = _chain(LinearState, first=first, second=second, third=third)
+    builder = pipeline(LinearState, first=first, second=second, third=third)
     return builder.compile(checkpointer=checkpointer)
 
 
@@ -369,7 +378,7 @@ def build_review(checkpointer: BaseCheckpointSaver[Any]) -> Graph:
     def publish(state: ReviewState) -> dict[str, Any]:
         return {"log": ["published"]}
 
-    builder = _chain(ReviewState, draft=draft, review=review, publish=publish)
+    builder = pipeline(ReviewState, draft=draft, review=review, publish=publish)
     return builder.compile(checkpointer=checkpointer)
 
 
@@ -484,7 +493,7 @@ def build_nested(checkpointer: BaseCheckpointSaver[Any]) -> Graph:
     def child_finish(state: ChildState) -> dict[str, Any]:
         return {"items": ["child-finish"]}
 
-    child = _chain(
+    child = pipeline(
         ChildState, child_prepare=child_prepare, child_ask=child_ask, child_finish=child_finish
     )
     child_graph = child.compile()  # inherits the parent's checkpointer
@@ -495,7 +504,7 @@ def build_nested(checkpointer: BaseCheckpointSaver[Any]) -> Graph:
     def after(state: ParentState) -> dict[str, Any]:
         return {"items": [f"parent-after:{len(state['items'])}"]}
 
-    parent = _chain(ParentState, before=before, child=child_graph, after=after)
+    parent = pipeline(ParentState, before=before, child=child_graph, after=after)
     return parent.compile(checkpointer=checkpointer)
 
 
@@ -647,7 +656,7 @@ def build_counter(checkpointer: BaseCheckpointSaver[Any]) -> Graph:
     def record(state: CounterState) -> dict[str, Any]:
         return {"seen": [state["count"]]}
 
-    return _chain(CounterState, bump=bump, record=record).compile(checkpointer=checkpointer)
+    return pipeline(CounterState, bump=bump, record=record).compile(checkpointer=checkpointer)
 
 
 async def _long_thread(cp: BaseCheckpointSaver[Any], api: ApiFactory) -> Observed:
@@ -741,7 +750,7 @@ def build_stateful(checkpointer: BaseCheckpointSaver[Any], *, ask: bool = False)
         return {"summary": ",".join(state["visits"])}
 
     asked = {"confirm": confirm} if ask else {}
-    clerk = _chain(ClerkState, visit=visit, **asked, sum_up=sum_up)
+    clerk = pipeline(ClerkState, visit=visit, **asked, sum_up=sum_up)
     clerk_graph = clerk.compile(checkpointer=True)
 
     def intake(state: DeskState) -> dict[str, Any]:
@@ -750,7 +759,7 @@ def build_stateful(checkpointer: BaseCheckpointSaver[Any], *, ask: bool = False)
     def report(state: DeskState) -> dict[str, Any]:
         return {"log": [f"report:{state['summary']}"]}
 
-    desk = _chain(DeskState, intake=intake, clerk=clerk_graph, report=report)
+    desk = pipeline(DeskState, intake=intake, clerk=clerk_graph, report=report)
     return desk.compile(checkpointer=checkpointer)
 
 

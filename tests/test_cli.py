@@ -18,6 +18,7 @@ from examples import agent
 from streamsaver import RedisStreamSaver, cli
 from streamsaver.core.keys import thread_keys
 from streamsaver.events import ThreadInfo
+from tests.test_tail import checkpoint_at, under
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -36,14 +37,8 @@ def _fill(saver: RedisStreamSaver, threads: list[str]) -> None:
     for t in threads:
         parent: Any = None
         for step in range(3):
-            config: Any = {"configurable": {"thread_id": t, "checkpoint_ns": ""}}
-            if parent:
-                config["configurable"]["checkpoint_id"] = parent["configurable"]["checkpoint_id"]
-            checkpoint: Any = {
-                "v": 1, "id": f"0000{step}", "ts": "", "channel_values": {"n": step},
-                "channel_versions": {"n": step + 1}, "versions_seen": {}, "updated_channels": None,
-            }  # fmt: skip
-            parent = saver.put(config, checkpoint, {"step": step}, {"n": step + 1})
+            checkpoint = checkpoint_at(step, f"0000{step}")
+            parent = saver.put(under(t, parent), checkpoint, {"step": step}, {"n": step + 1})
             saver.put_writes(parent, [("n", step)], "task")
         # activity is kept in ms and ties list by thread id: keep each thread's last ms its own
         time.sleep(0.002)

@@ -49,7 +49,7 @@ def _put(saver: RedisStreamSaver, thread_id: str, run_id: str, parent: Any = Non
     return stored
 
 
-def _threads_on_every_primary(saver: RedisStreamSaver, count: int = 12) -> list[str]:
+def threads_on_every_primary(saver: RedisStreamSaver, count: int = 12) -> list[str]:
     client = saver.client
     assert isinstance(client, RedisCluster)
     threads = [f"thread:{n}" for n in range(count)]
@@ -96,7 +96,7 @@ async def test_async_graphs_match_inmemory_on_cluster(cluster: EmbeddedCluster) 
 
 def _two_runs_per_thread(saver: RedisStreamSaver) -> list[str]:
     """Threads on every primary, each with a checkpoint of run shared-run and one of its own."""
-    threads = _threads_on_every_primary(saver)
+    threads = threads_on_every_primary(saver)
     for n, thread_id in enumerate(threads):
         first = _put(saver, thread_id, run_id="shared-run")
         _put(saver, thread_id, run_id=f"own-{n}", parent=first["configurable"]["checkpoint_id"])
@@ -139,7 +139,7 @@ def test_cross_shard_list_delete_for_runs_and_copy(saver: RedisStreamSaver) -> N
 def test_command_line_detects_the_cluster(
     cluster: EmbeddedCluster, saver: RedisStreamSaver
 ) -> None:
-    threads = _threads_on_every_primary(saver)
+    threads = threads_on_every_primary(saver)
     for thread_id in threads:
         _put(saver, thread_id, run_id="r")
     env = {**os.environ, "REDIS_URL": cluster.url}
@@ -165,7 +165,7 @@ def test_durability_waits_on_the_node_that_took_the_write(cluster: EmbeddedClust
         client, prefix="dur", durability="replicated", replicas=1, durability_timeout_ms=50
     )
     # the embedded cluster has no replicas: every node answers WAIT with 0
-    for thread_id in _threads_on_every_primary(saver, 6):
+    for thread_id in threads_on_every_primary(saver, 6):
         with pytest.raises(DurabilityError, match="only 0 of 1 replica"):
             _put(saver, thread_id, run_id="r")
         assert saver.get_tuple(_config(thread_id)) is not None
@@ -179,7 +179,7 @@ def test_keep_last_ttl_and_delete_for_runs_on_every_primary(cluster: EmbeddedClu
     prefix = f"c{uuid4().hex[:8]}"
     saver = RedisStreamSaver(client, prefix=prefix, keep_last=2, ttl_seconds=600)
     reference = RedisStreamSaver(client, prefix=prefix + "-ref")
-    threads = _threads_on_every_primary(saver)
+    threads = threads_on_every_primary(saver)
     for thread_id in threads:
         History(saver, reference, thread_id=thread_id).run(9)
     saver.delete_for_runs(["run-2"])

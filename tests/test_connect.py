@@ -24,7 +24,7 @@ from streamsaver import (
     TLSError,
 )
 from streamsaver.embedded import EmbeddedRedis
-from tests.test_security import TlsServer, _free_port
+from tests.test_security import TlsServer, _free_port, serving_tls
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -41,10 +41,7 @@ def locked() -> Iterator[EmbeddedRedis]:
 
 @pytest.fixture(scope="module")
 def tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsServer]:
-    server = TlsServer(tmp_path_factory.mktemp("tls"))
-    yield server
-    server.admin.close()
-    server.server.stop()
+    yield from serving_tls(tmp_path_factory)
 
 
 def _connect(url: str, **options: Any) -> None:

@@ -6,6 +6,7 @@ would have them."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import ormsgpack
@@ -17,7 +18,7 @@ from streamsaver.core.errors import InvalidInputError, ThreadDeletedError
 from streamsaver.core.flow import Eval
 from streamsaver.core.keys import compact_keys, thread_keys
 from tests.test_deletion import put, visible
-from tests.test_slices import finish, reads, restore, snapshot
+from tests.test_slices import by_one_script, finish, reads
 
 
 def runs_history(saver: RedisStreamSaver, steps: int, every: int = 3) -> list[Any]:
@@ -39,12 +40,17 @@ def named(client: redis.Redis, saver: RedisStreamSaver) -> list[str]:
     return [cid for f in records(client, saver) for cid in ormsgpack.unpackb(f[b"items"])[1::2]]
 
 
-def first_compaction_slice(saver: RedisStreamSaver, flow: Any) -> Any:
-    """Run ``flow`` up to and including its first compaction slice; that slice's reply."""
+def first_compaction_slice(
+    saver: RedisStreamSaver, slice_events: int, start: Callable[[Any], Any]
+) -> tuple[Any, Any]:
+    """The flow of the operation *start* makes of the saver's ops, ``slice_events`` a slice,
+    run up to and including its first compaction slice; and that slice's reply."""
+    saver._ops.slice_events = slice_events
+    flow = start(saver._ops)
     op = next(flow)
     while not (isinstance(op, Eval) and op.script == "compact_slice"):
         op = flow.send(saver._execute(op))
-    return saver._execute(op)
+    return flow, saver._execute(op)
 
 
 def test_many_checkpoints_leave_in_records_of_a_bounded_size_as_one_script_deletes(
@@ -52,12 +58,9 @@ def test_many_checkpoints_leave_in_records_of_a_bounded_size_as_one_script_delet
 ) -> None:
     configs = runs_history(sync_saver, 630)
     gone = [c["configurable"]["checkpoint_id"] for c in configs[::3]]
-    before = snapshot(redis_client, sync_saver, "t")
-    keys = sync_saver._ops.appending(thread_keys(sync_saver.prefix, "t"))
-    one = (*sync_saver._ops._appending_args(), "", "t", "", 2, "gone")
-    assert sync_saver._execute(Eval("delete_runs", keys, one)) == len(gone) == 210
-    expected = reads(sync_saver, "t")
-    restore(redis_client, sync_saver, "t", before)
+    one = ("", "t", "", 2, "gone")
+    deleted, _, expected = by_one_script(redis_client, sync_saver, "delete_runs", *one)
+    assert deleted == len(gone) == 210
 
     sync_saver._ops.slice_events = 25
     assert sync_saver._run(sync_saver._ops.delete_for_runs(["gone"])) == 210
@@ -85,9 +88,7 @@ def test_writers_between_the_slices_are_kept_dropped_or_refused_as_at_the_swap(
     sync_saver: RedisStreamSaver, redis_client: redis.Redis
 ) -> None:
     configs = runs_history(sync_saver, 30)
-    sync_saver._ops.slice_events = 3
-    flow = sync_saver._ops.delete_for_runs(["gone"])
-    reply = first_compaction_slice(sync_saver, flow)
+    flow, reply = first_compaction_slice(sync_saver, 3, lambda ops: ops.delete_for_runs(["gone"]))
     # between two slices of the compaction, on the live log: run "gone" goes on (a checkpoint
     # and its writes), a late write reaches a checkpoint of "gone" put before, and another
     # run continues the latest checkpoint
@@ -118,11 +119,9 @@ def test_a_checkpoint_put_between_the_slices_that_reads_a_dropped_one_is_refused
 ) -> None:
     """As when it is put between the check's slices (tests/test_delta_retention.py), but
     later: while the compaction copies, its tail finds it."""
-    from tests.test_delta_retention import THREAD, _invoke, _reference, _run_id, build
+    from tests.test_delta_retention import THREAD, _invoke, _ran, _reference, _run_id
 
-    graph = build(sync_saver)
-    for i in range(3):
-        _invoke(graph, i)
+    graph = _ran(sync_saver, 3)
     sync_saver._ops.slice_events = 1
     flow = sync_saver._ops.delete_for_runs([_run_id(2)])
     op, slices = next(flow), 0
@@ -155,13 +154,13 @@ def test_a_slice_that_finds_the_server_full_hands_over_to_one_script(
         configs.append(
             put(sync_saver, configs[-1], step, run="gone" if step < 6 else "", pad=40_000)
         )
-    sync_saver._ops.slice_events = 1
-    flow = (
-        sync_saver._ops.delete_for_runs(["gone"])
-        if operation == "delete_for_runs"
-        else sync_saver._ops.compact("t", 1)
+    flow, reply = first_compaction_slice(
+        sync_saver,
+        1,
+        lambda ops: (
+            ops.delete_for_runs(["gone"]) if operation == "delete_for_runs" else ops.compact("t", 1)
+        ),
     )
-    reply = first_compaction_slice(sync_saver, flow)
     scripts: list[str] = []
     original = sync_saver._execute
 

@@ -43,6 +43,16 @@ def history(saver: RedisStreamSaver, steps: int, thread: str = "t", pad: int = 0
     return configs
 
 
+def lives(saver: RedisStreamSaver, *steps: int) -> list[Any]:
+    """Thread "t" written ``steps[0]`` checkpoints, deleted, written ``steps[1]`` more under the
+    same id, and so on: each life's last checkpoint."""
+    last = [history(saver, steps[0])[-1]]
+    for count in steps[1:]:
+        saver.delete_thread("t")
+        last.append(history(saver, count)[-1])
+    return last
+
+
 def visible(saver: RedisStreamSaver, thread: str = "t") -> list[str]:
     return [t.config["configurable"]["checkpoint_id"] for t in saver.list(generate_config(thread))]
 
@@ -89,9 +99,7 @@ def test_a_stale_worker_cannot_continue_a_deleted_history_after_fresh_puts(
 def test_a_stale_subgraph_cannot_start_under_a_deleted_checkpoint(
     sync_saver: RedisStreamSaver, redis_client: redis.Redis
 ) -> None:
-    stale = history(sync_saver, 2)[-1]
-    sync_saver.delete_thread("t")
-    fresh = history(sync_saver, 1)[-1]
+    stale, fresh = lives(sync_saver, 2, 1)
     log = thread_keys(sync_saver.prefix, "t").log
     before = redis_client.xlen(log)
     # a subgraph's first checkpoint has no parent in its namespace; its metadata names the
@@ -111,11 +119,7 @@ def test_a_stale_subgraph_cannot_start_under_a_deleted_checkpoint(
 def test_a_second_deletion_still_refuses_the_first_history(
     sync_saver: RedisStreamSaver, redis_client: redis.Redis
 ) -> None:
-    first = history(sync_saver, 2)[-1]
-    sync_saver.delete_thread("t")
-    second = history(sync_saver, 2)[-1]
-    sync_saver.delete_thread("t")
-    history(sync_saver, 1)
+    first, second, _ = lives(sync_saver, 2, 2, 1)
     sync_saver.prune(["t"], strategy="keep_latest")
     assert_refused(sync_saver, redis_client, first)
     assert_refused(sync_saver, redis_client, second)

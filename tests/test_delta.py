@@ -6,7 +6,7 @@ from typing import Any
 
 import ormsgpack
 import redis
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
@@ -14,6 +14,7 @@ from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, gen
 from streamsaver import RedisStreamSaver
 from streamsaver.core.delta import ENTRY_BYTES, MAX_CHAIN, DeltaCache, Known
 from streamsaver.core.keys import thread_keys
+from tests.strategies import sharing_fixtures
 
 
 class Thread:
@@ -196,16 +197,13 @@ edits = st.lists(
 )
 
 
-@settings(
-    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+@sharing_fixtures(30)
 @given(edits)
 def test_any_sequence_of_list_edits_reads_back_exactly(
-    redis_client: redis.Redis, prefix: str, steps: list[tuple[str, Any]]
+    sync_saver: RedisStreamSaver, redis_client: redis.Redis, steps: list[tuple[str, Any]]
 ) -> None:
-    saver = RedisStreamSaver(redis_client, prefix=prefix)
     thread_id = f"p{abs(hash(repr(steps)))}"
-    threads = [Thread(saver, thread_id)]
+    threads = [Thread(sync_saver, thread_id)]
     thread = threads[0]
     thread.put(items=[])
     for op, arg in steps:
@@ -221,12 +219,13 @@ def test_any_sequence_of_list_edits_reads_back_exactly(
             threads.append(thread)
     for t in threads:
         t.assert_reads_back()
-    assert saver.verify(thread_id)[2] == []
+    assert sync_saver.verify(thread_id)[2] == []
     # list pages read oldest first, each value extending the previous: same results with or
     # without the client's cache, page boundaries included
     config = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
     expected = {c["configurable"]["checkpoint_id"]: v for t in threads for c, v in t.history}
-    for reader in (saver, RedisStreamSaver(redis_client, prefix=prefix, delta_cache_bytes=0)):
+    uncached = RedisStreamSaver(redis_client, prefix=sync_saver.prefix, delta_cache_bytes=0)
+    for reader in (sync_saver, uncached):
         listed = list(reader.list(config))
         assert {t.checkpoint["id"]: t.checkpoint["channel_values"] for t in listed} == expected
         paged, before = [], None

@@ -29,7 +29,7 @@ from tests.conformance_delta.spec_delta_channel_history import (
     ALL_DELTA_CHANNEL_HISTORY_TESTS,
     run_delta_channel_history_tests,
 )
-from tests.graphs import map_reduce
+from tests.graphs import appending, map_reduce, pipeline
 from tests.test_conformance import SyncDriven
 
 # --------------------------------------------------------------------------- #
@@ -283,11 +283,7 @@ class Inner(TypedDict):
 
 
 def build_nested(checkpointer: BaseCheckpointSaver[Any]) -> Any:
-    inner = StateGraph(Inner)
-    inner.add_node("x", lambda s: {"notes": [f"x{len(s['notes'])}"]})
-    inner.add_node("y", lambda s: {"notes": [f"y{len(s['notes'])}"]})
-    inner.add_edge(START, "x")
-    inner.add_edge("x", "y")
+    inner = pipeline(Inner, **appending("notes", "x", "y"))
     sub = inner.compile(checkpointer=True)  # keeps its own history, in its own namespace
 
     outer = StateGraph(Inner)

@@ -14,12 +14,12 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import START, StateGraph
 from redis.cluster import RedisCluster
 from typing_extensions import TypedDict
 
 from streamsaver import AsyncRedisStreamSaver, InvalidInputError, RedisStreamSaver
 from streamsaver.embedded import EmbeddedCluster
+from tests.graphs import appending, pipeline
 
 
 def _extend(state: list[str], writes: Sequence[Any]) -> list[str]:
@@ -33,12 +33,7 @@ class State(TypedDict):
 
 
 def build(checkpointer: BaseCheckpointSaver[Any]) -> Any:
-    g = StateGraph(State)
-    g.add_node("a", lambda s: {"log": [f"a{len(s['log'])}"]})
-    g.add_node("b", lambda s: {"log": [f"b{len(s['log'])}"]})
-    g.add_edge(START, "a")
-    g.add_edge("a", "b")
-    return g.compile(checkpointer=checkpointer)
+    return pipeline(State, **appending("log", "a", "b")).compile(checkpointer=checkpointer)
 
 
 THREAD: RunnableConfig = {"configurable": {"thread_id": "delta-kept"}}
@@ -58,6 +53,14 @@ def _reference(invokes: int) -> tuple[list[Any], Any]:
     return results, graph.get_state(THREAD).values
 
 
+def _ran(saver: BaseCheckpointSaver[Any], invokes: int) -> Any:
+    """The graph on *saver*, once it ran ``invokes`` times on THREAD."""
+    graph = build(saver)
+    for i in range(invokes):
+        _invoke(graph, i)
+    return graph
+
+
 def _checkpoints(saver: RedisStreamSaver) -> int:
     return len(list(saver.list(THREAD)))
 
@@ -65,9 +68,7 @@ def _checkpoints(saver: RedisStreamSaver) -> int:
 def test_prune_keep_latest_keeps_the_ancestors_delta_channels_read(
     sync_saver: RedisStreamSaver,
 ) -> None:
-    graph = build(sync_saver)
-    for i in range(4):
-        _invoke(graph, i)
+    graph = _ran(sync_saver, 4)
     before = graph.get_state(THREAD).values
     history = sync_saver.get_delta_channel_history(config=THREAD, channels=["log"])
     stored = _checkpoints(sync_saver)
@@ -125,9 +126,7 @@ async def test_async_prune_keeps_the_ancestors_delta_channels_read(
 def test_delete_for_runs_refuses_to_drop_ancestors_a_kept_checkpoint_reads(
     sync_saver: RedisStreamSaver,
 ) -> None:
-    graph = build(sync_saver)
-    for i in range(4):
-        _invoke(graph, i)
+    graph = _ran(sync_saver, 4)
     before = graph.get_state(THREAD).values
     stored = _checkpoints(sync_saver)
 
@@ -167,9 +166,7 @@ def test_delete_for_runs_refuses_an_ancestor_a_checkpoint_put_after_its_check_re
     put between them that reads a deleted run's writes is checked by the append itself."""
     from streamsaver.core.flow import Eval
 
-    graph = build(sync_saver)
-    for i in range(3):
-        _invoke(graph, i)
+    graph = _ran(sync_saver, 3)
     flow = sync_saver._ops.delete_for_runs([_run_id(2)])
     op, checked = next(flow), False
     with pytest.raises(InvalidInputError, match="DeltaChannels of the kept checkpoint"):

@@ -14,7 +14,7 @@ from uuid import uuid4
 import ormsgpack
 import pytest
 import redis
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from langgraph.checkpoint.memory import InMemorySaver
 
@@ -24,6 +24,7 @@ from streamsaver.core.codec import metadata_form
 from streamsaver.core.keys import thread_keys
 from streamsaver.core.slots import slot_of
 from streamsaver.lua import source
+from tests.strategies import sharing_fixtures
 
 from .test_projector import start_projector, stop_projector, wait_caught_up
 from .test_rebuild_invariant import scanning
@@ -265,9 +266,7 @@ def _twins(value: Any) -> list[Any]:
     return [value, None, f"{value}x"]
 
 
-@settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+@sharing_fixtures(60)
 @given(
     rows=st.lists(
         st.tuples(st.sampled_from(["t1", "t2", "t3"]), _metadata), min_size=1, max_size=6
@@ -313,9 +312,7 @@ def _lua_form(client: redis.Redis, packed: bytes) -> str:
     return form.decode()
 
 
-@settings(
-    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+@sharing_fixtures(200)
 @given(value=_values)
 def test_lua_reads_the_form_python_gives(redis_client: redis.Redis, value: Any) -> None:
     assert _lua_form(redis_client, ormsgpack.packb(value)) == metadata_form(value)

@@ -9,13 +9,14 @@ from uuid import uuid4
 import ormsgpack
 import pytest
 import redis
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
 
 from streamsaver import IntegrityError, InvalidInputError, RedisStreamSaver, StreamSaverError
 from streamsaver.core.flow import Eval
 from streamsaver.core.keys import thread_keys
+from tests.strategies import sharing_fixtures
 
 FIELD_NAMES = ["k", "sv", "ns", "id", "parent", "run", "meta", "cp", "cv", "nv", "b0", "b1",
                "task", "path", "wi", "w0", "items", "thread"]  # fmt: skip
@@ -47,9 +48,7 @@ entries = st.lists(
 )
 
 
-@settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+@sharing_fixtures(60)
 @given(entries)
 def test_replay_skips_what_it_cannot_project_and_keeps_the_rest(
     redis_client: redis.Redis, prefix: str, garbage: list[dict[str, bytes]]
@@ -152,9 +151,7 @@ def test_the_writer_refuses_what_replay_would_skip_and_writes_nothing(
     assert sync_saver.rebuild("t").skipped == 0
 
 
-@settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+@sharing_fixtures(60)
 @given(st.sampled_from([b"checkpoint", b"writes"]), st.sampled_from(FIELD_NAMES), field_values)
 def test_whatever_the_writer_appends_replay_projects(
     redis_client: redis.Redis, prefix: str, kind: bytes, name: str, value: bytes

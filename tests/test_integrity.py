@@ -28,13 +28,11 @@ from streamsaver import (
 from streamsaver.core.keys import thread_keys
 from streamsaver.core.server import check_eviction
 from streamsaver.embedded import EmbeddedRedis
+from tests.test_saver import generate_config
 
 
 def _config(thread_id: str, checkpoint_id: str | None = None, ns: str = "") -> Any:
-    configurable: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": ns}
-    if checkpoint_id is not None:
-        configurable["checkpoint_id"] = checkpoint_id
-    return {"configurable": configurable}
+    return generate_config(thread_id, checkpoint_ns=ns, checkpoint_id=checkpoint_id)
 
 
 def _put(

@@ -22,6 +22,22 @@ def _start(saver: RedisStreamSaver, thread_id: str) -> Any:
     return saver.put(config, empty_checkpoint(), {"source": "input", "step": -1}, {})
 
 
+def _two_tasks(saver: RedisStreamSaver) -> Any:
+    """Thread "t"'s checkpoint, with task "one"'s two writes (one special) and task "two"'s."""
+    stored = _start(saver, "t")
+    saver.put_writes(stored, [("a", 1), ("__error__", "first")], "one")
+    saver.put_writes(stored, [("b", 2)], "two")
+    return stored
+
+
+def _rebuilt_alike(saver: RedisStreamSaver, stored: Any, pending_writes: Any) -> None:
+    """A rebuild gives the checkpoint the same pending writes, indexed as a replay does."""
+    saver.rebuild("t")
+    assert saver.verify("t")[1:] == (0, [])
+    again = saver.get_tuple(stored)
+    assert again is not None and again.pending_writes == pending_writes
+
+
 def test_no_index_field_grows_with_the_writes_a_checkpoint_holds(
     sync_saver: RedisStreamSaver, redis_client: redis.Redis
 ) -> None:
@@ -44,10 +60,7 @@ def test_no_index_field_grows_with_the_writes_a_checkpoint_holds(
     assert max(len(value) for value in ptr.values()) < 100
     # the index is what a replay of the log gives
     assert sync_saver.verify("t")[1:] == (0, [])
-    before = got.pending_writes
-    sync_saver.rebuild("t")
-    again = sync_saver.get_tuple(stored)
-    assert again is not None and again.pending_writes == before
+    _rebuilt_alike(sync_saver, stored, got.pending_writes)
 
 
 def _writes_index(redis_client: redis.Redis, saver: RedisStreamSaver, stored: Any) -> Any:
@@ -61,9 +74,7 @@ def _writes_index(redis_client: redis.Redis, saver: RedisStreamSaver, stored: An
 def test_a_few_writes_stay_one_list_and_move_to_a_field_each_past_eight(
     sync_saver: RedisStreamSaver, redis_client: redis.Redis
 ) -> None:
-    stored = _start(sync_saver, "t")
-    sync_saver.put_writes(stored, [("a", 1), ("__error__", "first")], "one")
-    sync_saver.put_writes(stored, [("b", 2)], "two")
+    stored = _two_tasks(sync_saver)
     # a retry: the ordinary write keeps its first value, the special one takes the latest
     sync_saver.put_writes(stored, [("a", 9), ("__error__", "second")], "one")
     # three writes cost one ptr field (a step's usual one write would take three)
@@ -93,17 +104,13 @@ def test_a_few_writes_stay_one_list_and_move_to_a_field_each_past_eight(
         ]
     )
     assert sync_saver.verify("t")[1:] == (0, [])
-    sync_saver.rebuild("t")
-    again = sync_saver.get_tuple(stored)
-    assert again is not None and again.pending_writes == got.pending_writes
+    _rebuilt_alike(sync_saver, stored, got.pending_writes)
 
 
 def test_few_writes_indexed_a_field_each_are_read_and_extended(
     sync_saver: RedisStreamSaver, redis_client: redis.Redis
 ) -> None:
-    stored = _start(sync_saver, "t")
-    sync_saver.put_writes(stored, [("a", 1), ("__error__", "first")], "one")
-    sync_saver.put_writes(stored, [("b", 2)], "two")
+    stored = _two_tasks(sync_saver)
     expected = sync_saver.get_tuple(stored)
     assert expected is not None
     # the pending writes as the earlier layout indexed even a few: one ptr field each
@@ -132,11 +139,7 @@ def test_few_writes_indexed_a_field_each_are_read_and_extended(
     assert sorted(got.pending_writes) == sorted(
         [("one", "a", 1), ("one", "__error__", "second"), ("two", "b", 2), ("three", "c", 3)]
     )
-    # a rebuild gives the same writes, indexed as a replay does
-    sync_saver.rebuild("t")
-    assert sync_saver.verify("t")[1:] == (0, [])
-    again = sync_saver.get_tuple(stored)
-    assert again is not None and again.pending_writes == got.pending_writes
+    _rebuilt_alike(sync_saver, stored, got.pending_writes)
 
 
 def test_verify_still_finds_pending_writes_that_differ_in_either_layout(

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -88,10 +88,20 @@ def work(saver: RedisStreamSaver, thread_id: str, steps: int, run: str) -> None:
     time.sleep(0.002)
 
 
+Start = Callable[..., "subprocess.Popen[str]"]
+
+
 @pytest.fixture
-def projector_proc(redis_url: str, prefix: str) -> Iterator[list[subprocess.Popen[str]]]:
+def projector(redis_url: str, prefix: str) -> Iterator[Start]:
+    """Starts ``python -m projector run`` on the test's prefix, given more arguments; those
+    still running after the test are killed."""
     procs: list[subprocess.Popen[str]] = []
-    yield procs
+
+    def start(*extra: str) -> subprocess.Popen[str]:
+        procs.append(start_projector(redis_url, prefix, *extra))
+        return procs[-1]
+
+    yield start
     for proc in procs:
         if proc.poll() is None:
             proc.kill()
@@ -99,16 +109,11 @@ def projector_proc(redis_url: str, prefix: str) -> Iterator[list[subprocess.Pope
 
 
 def test_killed_mid_batch_and_restarted_it_matches_a_rebuild(
-    sync_saver: RedisStreamSaver,
-    redis_client: redis.Redis,
-    redis_url: str,
-    prefix: str,
-    projector_proc: list[subprocess.Popen[str]],
+    sync_saver: RedisStreamSaver, redis_client: redis.Redis, prefix: str, projector: Start
 ) -> None:
     for i in range(10):
         work(sync_saver, f"early{i}", 3, "r0")
-    first = start_projector(redis_url, prefix, "--batch", "5")
-    projector_proc.append(first)
+    first = projector("--batch", "5")
     deadline = time.monotonic() + 60
     while not sync_saver.projector_seeded():
         assert time.monotonic() < deadline and first.poll() is None, first.stderr
@@ -125,8 +130,7 @@ def test_killed_mid_batch_and_restarted_it_matches_a_rebuild(
     sync_saver.prune(["t5"], strategy="keep_latest")
     assert sync_saver.projector_lag().pending != 0
 
-    second = start_projector(redis_url, prefix, "--batch", "7")
-    projector_proc.append(second)
+    second = projector("--batch", "7")
     wait_caught_up(sync_saver)
     incremental = projections(redis_client, prefix)
     stop_projector(second)
@@ -142,20 +146,15 @@ def test_killed_mid_batch_and_restarted_it_matches_a_rebuild(
 
 
 def test_two_replicas_share_the_work(
-    sync_saver: RedisStreamSaver,
-    redis_client: redis.Redis,
-    redis_url: str,
-    prefix: str,
-    projector_proc: list[subprocess.Popen[str]],
+    sync_saver: RedisStreamSaver, redis_client: redis.Redis, prefix: str, projector: Start
 ) -> None:
     # the threads' feeds exist before the members join: both block on them, and Redis hands
     # each new entry to the member that has waited longest (a feed found later goes to
     # whichever member probes first)
     for i in range(60):
         work(sync_saver, f"t{i}", 1, "r")
-    a = start_projector(redis_url, prefix, "--batch", "3", "--consumer", "a")
-    b = start_projector(redis_url, prefix, "--batch", "3", "--consumer", "b")
-    projector_proc += [a, b]
+    a = projector("--batch", "3", "--consumer", "a")
+    b = projector("--batch", "3", "--consumer", "b")
     for proc in (a, b):  # both have joined the group before any work arrives
         assert proc.stderr is not None
         for line in proc.stderr:
@@ -191,10 +190,7 @@ def test_two_replicas_share_the_work(
 
 
 def test_status_reports_the_lag_and_run_stops_on_sigterm(
-    sync_saver: RedisStreamSaver,
-    redis_url: str,
-    prefix: str,
-    projector_proc: list[subprocess.Popen[str]],
+    sync_saver: RedisStreamSaver, redis_url: str, prefix: str, projector: Start
 ) -> None:
     work(sync_saver, "a", 2, "r")
     env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
@@ -204,8 +200,7 @@ def test_status_reports_the_lag_and_run_stops_on_sigterm(
     assert "not seeded" in before.stdout  # no projector has run: readers scan
     assert not sync_saver.projector_seeded()
 
-    proc = start_projector(redis_url, prefix)
-    projector_proc.append(proc)
+    proc = projector()
     wait_caught_up(sync_saver)
     work(sync_saver, "b", 2, "r")
     wait_caught_up(sync_saver)

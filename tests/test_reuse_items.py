@@ -29,6 +29,7 @@ from streamsaver.core.delta import ENTRY_BYTES, ITEM_BYTES, DeltaCache, Known
 from streamsaver.core.keys import thread_keys
 
 from . import graphs
+from .keyspace import drop_keys
 from .test_conformance import _assert_all_passed
 from .test_delta import Thread
 from .test_graphs import assert_same
@@ -70,6 +71,15 @@ def _saver(client: redis.Redis, prefix: str, **options: Any) -> RedisStreamSaver
     return RedisStreamSaver(client, prefix=prefix, reuse_items=True, **options)
 
 
+def _conversation(thread: Thread, turns: int) -> Iterator[list[AnyMessage]]:
+    """Puts a conversation one message longer at each turn; its messages after each put."""
+    messages: list[AnyMessage] = []
+    for i in range(turns):
+        messages = [*messages, _message(i)]
+        thread.put(messages=messages)
+        yield messages
+
+
 def _stored_values(client: redis.Redis, prefix: str, thread_id: str) -> list[bytes]:
     return [
         raw
@@ -98,15 +108,11 @@ def test_put_encodes_only_the_new_items_and_reads_decode_only_them(
     client: redis.Redis, prefix: str
 ) -> None:
     serde = Recording()
-    saver = _saver(client, prefix, serde=serde)
-    thread = Thread(saver)
-    messages: list[AnyMessage] = []
-    for i in range(30):
-        messages = [*messages, _message(i)]
-        thread.put(messages=messages)
+    thread = Thread(_saver(client, prefix, serde=serde))
+    *_, messages = _conversation(thread, 30)
     # the first put encodes the whole list, every later one the message it appends
     assert [n for n in serde.dumped if n != 0] == [1] * 30
-    first = saver.get_tuple(thread.parent or {})
+    first = thread.saver.get_tuple(thread.parent or {})
     assert first is not None
     got = first.checkpoint["channel_values"]["messages"]
     assert got == messages
@@ -202,24 +208,16 @@ def test_a_cache_evicted_mid_conversation_reads_and_writes_exactly(
 
 
 def test_a_tiny_cache_still_reads_back_exactly(client: redis.Redis, prefix: str) -> None:
-    saver = _saver(client, prefix, delta_cache_bytes=2000)
-    thread = Thread(saver)
-    messages: list[AnyMessage] = []
-    for i in range(40):
-        messages = [*messages, _message(i)]
-        thread.put(messages=messages)
+    thread = Thread(_saver(client, prefix, delta_cache_bytes=2000))
+    list(_conversation(thread, 40))
     thread.assert_reads_back()
 
 
 def test_encrypted_values_are_stored_whole_and_read_back(client: redis.Redis, prefix: str) -> None:
     serde = EncryptedSerializer.from_pycryptodome_aes(key=b"0123456789abcdef")
-    saver = _saver(client, prefix, serde=serde)
-    thread = Thread(saver)
-    messages: list[AnyMessage] = []
-    for i in range(20):
-        messages = [*messages, _message(i)]
-        thread.put(messages=messages)
-        got = saver.get_tuple(thread.parent or {})
+    thread = Thread(_saver(client, prefix, serde=serde))
+    for messages in _conversation(thread, 20):
+        got = thread.saver.get_tuple(thread.parent or {})
         assert got is not None
         assert got.checkpoint["channel_values"]["messages"] == messages
     thread.assert_reads_back()
@@ -560,6 +558,5 @@ async def test_the_conformance_suite_passes_with_it(redis_url: str) -> None:
     finally:
         client = redis.Redis.from_url(redis_url)
         for prefix in prefixes:
-            for key in client.scan_iter(match=f"{prefix}*", count=1000):
-                client.unlink(key)
+            drop_keys(client, prefix)
         client.close()

@@ -10,7 +10,7 @@ from uuid import uuid4
 import ormsgpack
 import pytest
 import redis
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from langgraph.checkpoint.base import CheckpointTuple
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
@@ -26,7 +26,8 @@ from streamsaver import (
     RedisStreamSaver,
 )
 from streamsaver.core.keys import thread_keys
-from tests.strategies import hostile_text
+from tests.keyspace import drop_keys
+from tests.strategies import hostile_text, sharing_fixtures
 
 
 def generate_config(
@@ -68,9 +69,7 @@ def module_client(redis_url: str) -> Iterator[redis.Redis]:
     client.close()
 
 
-@settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+@sharing_fixtures(40)
 @given(st.lists(st.tuples(hostile_text, hostile_text, hostile_text), min_size=2, max_size=4))
 def test_hostile_ids_never_collide_or_leak(
     module_client: redis.Redis, ids: list[tuple[str, str, str]]
@@ -97,8 +96,7 @@ def test_hostile_ids_never_collide_or_leak(
             assert [t.checkpoint["id"] for t in listed] == ids_put[(thread_id, ns)][::-1]
         assert set(saver.thread_ids()) == {t for t, _, _ in ids}
     finally:
-        for key in module_client.scan_iter(match=f"{prefix}:*"):
-            module_client.unlink(key)
+        drop_keys(module_client, prefix)
 
 
 def test_each_call_appends_exactly_one_event_in_call_order(

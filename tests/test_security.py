@@ -19,6 +19,7 @@ from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, gen
 from streamsaver import AsyncRedisStreamSaver, RedisStreamSaver
 from streamsaver.acl import acl_rules
 from streamsaver.embedded import EmbeddedRedis
+from tests.keyspace import drop_keys
 from tests.strategies import HOSTILE_CHARS
 from tests.test_conformance import _assert_all_passed
 
@@ -61,12 +62,17 @@ class TlsServer:
         )
 
 
-@pytest.fixture(scope="module")
-def tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsServer]:
+def serving_tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsServer]:
+    """A TLS server for one module's tests, stopped after the last of them."""
     server = TlsServer(tmp_path_factory.mktemp("tls"))
     yield server
     server.admin.close()
     server.server.stop()
+
+
+@pytest.fixture(scope="module")
+def tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsServer]:
+    yield from serving_tls(tmp_path_factory)
 
 
 async def test_conformance_over_tls_as_a_least_privilege_user(tls: TlsServer) -> None:
@@ -142,8 +148,7 @@ def test_savers_with_other_prefixes_cannot_see_or_touch_each_other(
         assert b.threads() == [] and list(b.list(None)) == []
         assert [i.thread_id for i in a.threads()] == [thread_id]
     finally:
-        for key in redis_client.scan_iter(match=f"{a.prefix}*"):
-            redis_client.unlink(key)
+        drop_keys(redis_client, a.prefix)
 
 
 def test_nothing_is_logged_by_default(

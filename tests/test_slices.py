@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import time
+from collections.abc import Callable
 from typing import Any
 
 import ormsgpack
@@ -16,7 +17,14 @@ from streamsaver import RedisStreamSaver
 from streamsaver.checkpoint.lifecycle import TOMBSTONE_MS
 from streamsaver.core.errors import InvalidInputError
 from streamsaver.core.flow import Each, Eval, Pause
-from streamsaver.core.keys import compact_keys, rebuild_keys, scratch_keys, thread_keys, verify_keys
+from streamsaver.core.keys import (
+    ThreadKeys,
+    compact_keys,
+    rebuild_keys,
+    scratch_keys,
+    thread_keys,
+    verify_keys,
+)
 from streamsaver.core.slicing import Replay
 from tests.test_deletion import history, put, visible
 from tests.test_saver import generate_config
@@ -53,6 +61,33 @@ def _checkpoint(step: int) -> Any:
 
     cp = generate_checkpoint(channel_values={"x": step}, channel_versions={"x": step})
     return cp, generate_metadata(step=step, source="loop"), {"x": step}
+
+
+def first_step(
+    saver: RedisStreamSaver, slice_events: int, start: Callable[[Any], Any]
+) -> tuple[Any, Any]:
+    """The flow of the operation *start* makes of the saver's ops, ``slice_events`` a slice,
+    and the reply to its first step."""
+    saver._ops.slice_events = slice_events
+    flow = start(saver._ops)
+    return flow, saver._execute(next(flow))
+
+
+def sliced_under_a_ttl(
+    redis_url: str, prefix: str, slice_events: int, run: Callable[[RedisStreamSaver], object]
+) -> ThreadKeys:
+    """Thread "t", 12 steps on a saver whose TTL is 300 s, then *run* on it in slices of
+    ``slice_events``: its keys, checked to expire within the TTL and within a second of each
+    other."""
+    with RedisStreamSaver.from_conn_string(redis_url, prefix=prefix, ttl_seconds=300) as s:
+        history(s, 12)
+        s._ops.slice_events = slice_events
+        run(s)
+        keys = thread_keys(prefix, "t")
+        ttls = [s.client.pttl(k) for k in keys]
+        assert all(0 < t <= 300_000 for t in ttls)
+        assert max(ttls) - min(ttls) < 1000
+    return keys
 
 
 def test_a_sliced_rebuild_equals_one_replay_script(
@@ -157,9 +192,7 @@ def test_writes_between_slices_are_kept(
     sync_saver: RedisStreamSaver, redis_client: redis.Redis
 ) -> None:
     configs = history(sync_saver, 30)
-    sync_saver._ops.slice_events = 5
-    flow = sync_saver._ops.rebuild("t")
-    reply = sync_saver._execute(next(flow))
+    flow, reply = first_step(sync_saver, 5, lambda ops: ops.rebuild("t"))
     # a writer between slices: the live indexes get it, the log too, and so must the rebuild
     late = put(sync_saver, configs[-1], 30)
     sync_saver.put_writes(late, [("messages", "late write")], "late-task")
@@ -174,9 +207,7 @@ def test_a_log_rewritten_between_slices_restarts_the_rebuild(
     sync_saver: RedisStreamSaver, redis_client: redis.Redis
 ) -> None:
     history(sync_saver, 30)
-    sync_saver._ops.slice_events = 5
-    flow = sync_saver._ops.rebuild("t")
-    reply = sync_saver._execute(next(flow))
+    flow, reply = first_step(sync_saver, 5, lambda ops: ops.rebuild("t"))
     # a compaction trims what the first slice replayed
     sync_saver.prune(["t"], strategy="keep_latest")
     sliced = finish(sync_saver, flow, reply)
@@ -187,16 +218,9 @@ def test_a_log_rewritten_between_slices_restarts_the_rebuild(
 
 
 def test_a_rebuilt_thread_with_a_ttl_keeps_expiring_with_its_log(
-    redis_url: str, prefix: str, redis_client: redis.Redis
+    redis_url: str, prefix: str
 ) -> None:
-    with RedisStreamSaver.from_conn_string(redis_url, prefix=prefix, ttl_seconds=300) as s:
-        history(s, 12)
-        s._ops.slice_events = 3
-        s.rebuild("t")
-        keys = thread_keys(prefix, "t")
-        ttls = [redis_client.pttl(k) for k in keys]
-        assert all(0 < t <= 300_000 for t in ttls)
-        assert max(ttls) - min(ttls) < 1000
+    sliced_under_a_ttl(redis_url, prefix, 3, lambda s: s.rebuild("t"))
 
 
 def test_deleting_records_the_newest_checkpoint_of_every_namespace(
@@ -332,15 +356,22 @@ def rich(saver: RedisStreamSaver, thread: str = "t") -> None:
     saver.put_writes(early, [("messages", "early write")], "early-task")
 
 
+def by_one_script(client: redis.Redis, saver: RedisStreamSaver, script: str, *args: Any) -> Any:
+    """*script* run whole on thread "t", which is then put back as it was: the script's reply,
+    and the state and the reads it left."""
+    before = snapshot(client, saver, "t")
+    keys = saver._ops.appending(thread_keys(saver.prefix, "t"))
+    reply = saver._execute(Eval(script, keys, (*saver._ops._appending_args(), *args)))
+    expected = state(client, saver, "t"), reads(saver, "t")
+    restore(client, saver, "t", before)
+    return reply, *expected
+
+
 def test_a_sliced_prune_equals_one_prune_script(
     sync_saver: RedisStreamSaver, redis_client: redis.Redis
 ) -> None:
     rich(sync_saver)
-    before = snapshot(redis_client, sync_saver, "t")
-    keys = sync_saver._ops.appending(thread_keys(sync_saver.prefix, "t"))
-    removed = sync_saver._execute(Eval("prune", keys, (*sync_saver._ops._appending_args(), 1)))
-    expected, expected_reads = state(redis_client, sync_saver, "t"), reads(sync_saver, "t")
-    restore(redis_client, sync_saver, "t", before)
+    removed, expected, expected_reads = by_one_script(redis_client, sync_saver, "prune", 1)
 
     sync_saver._ops.slice_events = 2
     calls = counting(sync_saver, "compact_slice")
@@ -372,12 +403,11 @@ def test_a_sliced_delete_for_runs_equals_one_script(
     sync_saver: RedisStreamSaver, redis_client: redis.Redis
 ) -> None:
     rich(sync_saver)
-    before = snapshot(redis_client, sync_saver, "t")
-    keys = sync_saver._ops.appending(thread_keys(sync_saver.prefix, "t"))
-    args = (*sync_saver._ops._appending_args(), "", "t", "", 2, "run-5", "run-9")
-    assert sync_saver._execute(Eval("delete_runs", keys, args)) == 2
-    expected, expected_reads = state(redis_client, sync_saver, "t"), reads(sync_saver, "t")
-    restore(redis_client, sync_saver, "t", before)
+    runs = ("", "t", "", 2, "run-5", "run-9")
+    deleted, expected, expected_reads = by_one_script(
+        redis_client, sync_saver, "delete_runs", *runs
+    )
+    assert deleted == 2
 
     sync_saver._ops.slice_events = 2
     sync_saver._ops.slice_ms = 0
@@ -408,9 +438,7 @@ def test_writes_between_compaction_slices_are_kept(
     sync_saver: RedisStreamSaver, redis_client: redis.Redis
 ) -> None:
     configs = history(sync_saver, 30)
-    sync_saver._ops.slice_events = 3
-    flow = sync_saver._ops.compact("t", 1)
-    reply = sync_saver._execute(next(flow))
+    flow, reply = first_step(sync_saver, 3, lambda ops: ops.compact("t", 1))
     # a writer between slices: its events go on the live log, and must be in the new one
     late = put(sync_saver, configs[-1], 30)
     sync_saver.put_writes(late, [("messages", "late write")], "late-task")
@@ -430,9 +458,7 @@ def test_a_thread_deleted_between_compaction_slices_stays_deleted(
     sync_saver: RedisStreamSaver, redis_client: redis.Redis
 ) -> None:
     history(sync_saver, 30)
-    sync_saver._ops.slice_events = 3
-    flow = sync_saver._ops.compact("t", 1)
-    reply = sync_saver._execute(next(flow))
+    flow, reply = first_step(sync_saver, 3, lambda ops: ops.compact("t", 1))
     sync_saver.delete_thread("t")
     log = thread_keys(sync_saver.prefix, "t").log
     deleted = redis_client.xrange(log)
@@ -538,11 +564,9 @@ def test_writes_between_verify_slices_are_no_problem(
     sync_saver: RedisStreamSaver, redis_client: redis.Redis
 ) -> None:
     configs = history(sync_saver, 30)
-    sync_saver._ops.slice_events = 2
     # every step a slice (paced, a pause follows each)
     sync_saver._ops.slice_pause = 0
-    flow = sync_saver._ops.verify("t")
-    reply = sync_saver._execute(next(flow))
+    flow, reply = first_step(sync_saver, 2, lambda ops: ops.verify("t"))
     late, step = configs[-1], 30
     log = thread_keys(sync_saver.prefix, "t").log
     try:
@@ -584,16 +608,11 @@ async def test_the_async_saver_compacts_and_verifies_in_the_same_slices(
 def test_a_thread_compacted_in_slices_keeps_expiring_with_its_log(
     redis_url: str, prefix: str, redis_client: redis.Redis
 ) -> None:
-    with RedisStreamSaver.from_conn_string(redis_url, prefix=prefix, ttl_seconds=300) as s:
-        history(s, 12)
-        s._ops.slice_events = 2
-        s.prune(["t"], strategy="keep_latest")
-        keys = thread_keys(prefix, "t")
-        ttls = [redis_client.pttl(k) for k in keys]
-        assert all(0 < t <= 300_000 for t in ttls)
-        assert max(ttls) - min(ttls) < 1000
-        assert redis_client.xlen(keys.log) < 5
-        assert not any(redis_client.exists(k) for k in compact_keys(keys))
+    keys = sliced_under_a_ttl(
+        redis_url, prefix, 2, lambda s: s.prune(["t"], strategy="keep_latest")
+    )
+    assert redis_client.xlen(keys.log) < 5
+    assert not any(redis_client.exists(k) for k in compact_keys(keys))
 
 
 # --------------------------------------------------------------------------- #

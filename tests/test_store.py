@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -92,18 +92,22 @@ class Reference:
             self.seq += 1
             self.order[(namespace, key)] = self.seq
 
+    def delete(self, namespace: tuple[str, ...], key: str) -> None:
+        self.put(namespace, key, None)
+
     def search(self, prefix: tuple[str, ...], **kw: Any) -> list[Any]:
         limit, offset = kw.pop("limit", 10), kw.pop("offset", 0)
         found = self.store.search(prefix, limit=10**6, **kw)
         found.sort(key=lambda i: -self.order[(i.namespace, i.key)])
         return found[offset : offset + limit]
 
+    def list_namespaces(self, **kw: Any) -> list[tuple[str, ...]]:
+        return self.store.list_namespaces(**kw)
+
 
 @pytest.fixture
-def store(redis_url: str, prefix: str) -> Iterator[RedisStreamStore]:
-    client = redis.Redis.from_url(redis_url)
-    yield RedisStreamStore(client, prefix=prefix)
-    client.close()
+def store(redis_client: redis.Redis, prefix: str) -> RedisStreamStore:
+    return RedisStreamStore(redis_client, prefix=prefix)
 
 
 @pytest.fixture
@@ -414,7 +418,7 @@ def _check_program(target: Target, client: Any, sub: str, program: list[Any]) ->
 
     want, got = [], []
     for step in program:
-        want.append(_run_ref(ref, step))
+        want.append(_run(ref, step))
         got.append(_run(store, step))
     assert got == want
     # replay is the one definition: dropping every index and rebuilding reads back the same,
@@ -434,20 +438,7 @@ def _snapshot(store: RedisStreamStore) -> Any:
     return store.list_namespaces(limit=10**6), [i.dict() for i in items]
 
 
-def _run_ref(ref: Reference, step: Any) -> Any:
-    kind, *rest = step
-    if kind in ("put", "del"):
-        ref.put(rest[0], rest[1], rest[2] if kind == "put" else None)
-        return None
-    if kind == "search":
-        prefix, filter_, limit, offset = rest
-        return _norm(ref.search(prefix, filter=filter_, limit=limit, offset=offset)) or []
-    prefix, as_suffix, depth = rest
-    where = {"suffix" if as_suffix else "prefix": prefix or None}
-    return ref.store.list_namespaces(**where, max_depth=depth)
-
-
-def _run(store: RedisStreamStore, step: Any) -> Any:
+def _run(store: RedisStreamStore | Reference, step: Any) -> Any:
     kind, *rest = step
     if kind == "put":
         store.put(*rest)

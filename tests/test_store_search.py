@@ -11,7 +11,7 @@ vectors, so no two items tie on a score (ties go by each store's own order of ca
 from __future__ import annotations
 
 import hashlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import pytest
@@ -104,15 +104,29 @@ def _distinct(program: list[Any]) -> bool:
     return len(seen) == len(set(seen))
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
-@given(
-    program=st.lists(puts, min_size=1, max_size=12).filter(_distinct),
-    queries=st.lists(searches, min_size=1, max_size=4),
-)
+def programs_and_queries(
+    queries: st.SearchStrategy[Any], max_examples: int
+) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """A Hypothesis test of ``program``, puts whose texts tie no scores, and ``queries``."""
+    given_them = given(
+        program=st.lists(puts, min_size=1, max_size=12).filter(_distinct),
+        queries=st.lists(queries, min_size=1, max_size=4),
+    )
+    return lambda test: settings(
+        max_examples=max_examples, deadline=None, suppress_health_check=list(HealthCheck)
+    )(given_them(test))
+
+
+def example_prefix(tag: str, *example: Any) -> str:
+    """A key prefix of its own for each example, the same when Hypothesis replays it."""
+    return f"{tag}{hashlib.sha1(repr(example).encode()).hexdigest()[:10]}"
+
+
+@programs_and_queries(searches, max_examples=25)
 def test_same_scores_and_order_as_in_memory(
     target: Target, program: list[Any], queries: list[Any]
 ) -> None:
-    prefix = f"hs{hashlib.sha1(repr((program, queries)).encode()).hexdigest()[:10]}"
+    prefix = example_prefix("hs", program, queries)
     client = target.client()
     try:
         store = RedisStreamStore(client, prefix=prefix, index=INDEX)

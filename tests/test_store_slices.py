@@ -63,6 +63,13 @@ def _fill(store: RedisStreamStore) -> int:
     return ITEMS + 2 * (ITEMS // 10)
 
 
+def _projected(store: RedisStreamStore, client: Any) -> tuple[int, StoreKeys, Any]:
+    """_fill's events, the bucket's keys, and the indexes its writers projected."""
+    events = _fill(store)
+    keys = _keys(store)
+    return events, keys, _indexes(client, keys)
+
+
 def _on_slices(store: RedisStreamStore, each: Callable[[int], object]) -> list[int]:
     """Call ``each(n)`` before the n-th slice (from 0) of NS's bucket; the slices' sizes (the
     calls of their round) are returned as they go."""
@@ -85,9 +92,7 @@ def test_a_bucket_is_rebuilt_in_slices_to_what_its_writers_projected(
     pair: tuple[RedisStreamStore, RedisStreamStore, Any],
 ) -> None:
     store, _, client = pair
-    events = _fill(store)
-    keys = _keys(store)
-    expected = _indexes(client, keys)
+    events, keys, expected = _projected(store, client)
     for key in (*keys[1:6], keys.nsz):
         client.delete(key)
     assert store.search(NS, limit=5) == []
@@ -157,9 +162,7 @@ def test_a_rebuild_taken_over_starts_again_and_too_many_takeovers_are_an_error(
     pair: tuple[RedisStreamStore, RedisStreamStore, Any],
 ) -> None:
     store, other, client = pair
-    events = _fill(store)
-    keys = _keys(store)
-    expected = _indexes(client, keys)
+    events, keys, expected = _projected(store, client)
     # another rebuild of the store runs whole between this one's second and third slice
     _on_slices(store, lambda n: other.rebuild() if n == 2 else None)
     assert store.rebuild().applied == events

@@ -7,7 +7,6 @@ Every comparison also checks, from the server's own command counts, that the ind
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import Iterator
 from contextlib import suppress
@@ -15,7 +14,6 @@ from typing import Any
 
 import pytest
 import redis
-from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from langgraph.store.base import PutOp
 from langgraph.store.memory import InMemoryStore
@@ -26,7 +24,15 @@ from streamsaver.core.keys import STORE_BUCKETS, store_keys
 
 from .stack_server import stack_url
 from .store_servers import drop
-from .test_store_search import DIMS, INDEX, _distinct, _rows, afake_embed, fake_embed, puts
+from .test_store_search import (
+    DIMS,
+    INDEX,
+    _rows,
+    afake_embed,
+    example_prefix,
+    fake_embed,
+    programs_and_queries,
+)
 
 __all__ = ["stack_url"]
 
@@ -115,15 +121,11 @@ search_cases = st.tuples(
 )
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
-@given(
-    program=st.lists(puts, min_size=1, max_size=12).filter(_distinct),
-    queries=st.lists(search_cases, min_size=1, max_size=4),
-)
+@programs_and_queries(search_cases, max_examples=20)
 def test_same_results_as_the_exact_path_and_in_memory(
     stack_url: str, program: list[Any], queries: list[Any]
 ) -> None:
-    prefix = f"vs{hashlib.sha1(repr((program, queries)).encode()).hexdigest()[:10]}"
+    prefix = example_prefix("vs", program, queries)
     client = redis.Redis.from_url(stack_url)
     try:
         indexed = RedisStreamStore(client, prefix=prefix, index=INDEX)

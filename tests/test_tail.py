@@ -28,7 +28,6 @@ import redis
 import redis.asyncio as aredis
 from langchain_core.messages import AIMessage
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
-from langgraph.graph import START, StateGraph
 from redis.crc import key_slot
 from typing_extensions import TypedDict
 
@@ -42,6 +41,7 @@ from streamsaver.tailing.decode import decode_event, streams
 from streamsaver.tailing.feeds import FeedTail
 from streamsaver.tailing.steps import Batch, Block
 from streamsaver.tailing.thread import ThreadTail
+from tests.graphs import pipeline
 
 # --- shared helpers --------------------------------------------------------------------------
 
@@ -76,17 +76,28 @@ for line in sys.stdin:
 """
 
 
-def step(saver: RedisStreamSaver, thread: str, n: int, parent: Any = None, ns: str = "") -> Any:
-    """One step of a thread: a checkpoint, then the writes of a task (two events)."""
+def under(thread: str, parent: Any = None, ns: str = "") -> Any:
+    """The config a put of the next checkpoint after *parent* (or the first) is given."""
     config: Any = {"configurable": {"thread_id": thread, "checkpoint_ns": ns}}
     if parent:
         config["configurable"]["checkpoint_id"] = parent["configurable"]["checkpoint_id"]
-    checkpoint: Any = {
-        "v": 1, "id": f"{n:08d}", "ts": "", "channel_values": {"n": n},
+    return config
+
+
+def checkpoint_at(n: int, checkpoint_id: str) -> Any:
+    """A small checkpoint of step *n*: its one channel ``n`` holds *n*, at version *n + 1*."""
+    return {
+        "v": 1, "id": checkpoint_id, "ts": "", "channel_values": {"n": n},
         "channel_versions": {"n": n + 1}, "versions_seen": {}, "updated_channels": None,
     }  # fmt: skip
+
+
+def step(saver: RedisStreamSaver, thread: str, n: int, parent: Any = None, ns: str = "") -> Any:
+    """One step of a thread: a checkpoint, then the writes of a task (two events)."""
     metadata: Any = {"step": n, "source": "loop", "run_id": "run-1"}
-    stored = saver.put(config, checkpoint, metadata, {"n": n + 1})
+    stored = saver.put(
+        under(thread, parent, ns), checkpoint_at(n, f"{n:08d}"), metadata, {"n": n + 1}
+    )
     saver.put_writes(stored, [("n", n), ("log", {"step": n})], f"task-{n}", "~__pregel_pull, node")
     return stored
 
@@ -412,12 +423,7 @@ def test_a_graph_run_is_tailed_live_from_another_thread(sync_saver: RedisStreamS
         assert seen_first.wait(15), "the tailer did not see the first node's writes in time"
         return {"log": ["second"]}
 
-    builder = StateGraph(State)
-    builder.add_node("first", first)
-    builder.add_node("second", second)
-    builder.add_edge(START, "first")
-    builder.add_edge("first", "second")
-    graph = builder.compile(checkpointer=sync_saver)
+    graph = pipeline(State, first=first, second=second).compile(checkpointer=sync_saver)
 
     tail = sync_saver.tail("run", after="0")
 
@@ -459,12 +465,7 @@ async def test_an_async_graph_run_is_tailed_live(async_saver: AsyncRedisStreamSa
         await asyncio.wait_for(seen_first.wait(), 15)  # only once the tailer saw `first` write
         return {"log": ["second"]}
 
-    builder = StateGraph(State)
-    builder.add_node("first", first)
-    builder.add_node("second", second)
-    builder.add_edge(START, "first")
-    builder.add_edge("first", "second")
-    graph = builder.compile(checkpointer=async_saver)
+    graph = pipeline(State, first=first, second=second).compile(checkpointer=async_saver)
 
     async def follow() -> list[str]:
         seen = []

@@ -3,7 +3,6 @@ read by pipelined polls since no command may span slots), and consumer groups.""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import AsyncIterator, Iterator
 from itertools import islice
 from uuid import uuid4
@@ -17,7 +16,9 @@ from streamsaver.core.feeds import feed_of_log
 from streamsaver.core.keys import thread_keys
 from streamsaver.embedded import EmbeddedCluster
 from streamsaver.events import ThreadEvent
+from tests.test_cluster import threads_on_every_primary
 from tests.test_tail import in_thread, steps
+from tests.test_tail_groups import ack_until, stepped
 
 
 @pytest.fixture
@@ -35,11 +36,9 @@ async def asaver(cluster: EmbeddedCluster) -> AsyncIterator[AsyncRedisStreamSave
 
 
 def _spread(saver: RedisStreamSaver, count: int = 9) -> list[str]:
+    threads = threads_on_every_primary(saver, count)
     client = saver.client
     assert isinstance(client, RedisCluster)
-    threads = [f"thread:{n}" for n in range(count)]
-    nodes = {client.get_node_from_key(thread_keys(saver.prefix, t).log).name for t in threads}
-    assert len(nodes) == 3, "the test threads must spread over all three primaries"
     for t in threads:  # each feed lives with its thread
         log = thread_keys(saver.prefix, t).log
         assert client.keyslot(feed_of_log(saver.prefix, log)) == client.keyslot(log)
@@ -85,25 +84,10 @@ def test_tail_and_tail_all_follow_threads_on_every_primary(saver: RedisStreamSav
 def test_a_group_on_a_cluster_delivers_everything_once_and_leaves_nothing(
     saver: RedisStreamSaver,
 ) -> None:
-    threads = _spread(saver)
-    for thread in threads:
-        steps(saver, thread, 2)
+    threads = stepped(saver, _spread(saver), 2)
     expected = {(t, i) for t in threads for i in _ids(saver, t)}
-    handled: set[tuple[str, str]] = set()
-    done = threading.Event()
     with saver.consumer_group("cg", "m", start="0", poll_ms=10, block_ms=100) as group:
-
-        def work() -> None:
-            for delivery in group:
-                handled.add((delivery.event.thread_id, delivery.event.id))
-                group.ack(delivery)
-                if handled == expected:
-                    done.set()
-                    return
-
-        reader, errors = in_thread(work)
-        assert done.wait(15) and not errors
-        reader.join(5)
+        ack_until(group, expected)
     client = saver.client
     feeds = {feed_of_log(saver.prefix, thread_keys(saver.prefix, t).log) for t in threads}
     for feed in feeds:

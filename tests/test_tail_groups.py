@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -43,6 +44,37 @@ for delivery in group:
 """
 
 
+def stepped(saver: RedisStreamSaver, threads: list[str], count: int) -> list[str]:
+    """*threads*, after ``count`` steps on each in turn."""
+    for thread in threads:
+        steps(saver, thread, count)
+    return threads
+
+
+def ack_until(
+    group: Any, expected: set[tuple[str, str]], take: Callable[[Delivery], bool] = lambda _: True
+) -> None:
+    """Acknowledge, from another thread, each delivery *take* accepts, until those handled are
+    *expected*: all within 15 seconds, and without an error."""
+    handled: set[tuple[str, str]] = set()
+    done = threading.Event()
+
+    def work() -> None:
+        for delivery in group:
+            if not take(delivery):
+                continue
+            handled.add((delivery.event.thread_id, delivery.event.id))
+            group.ack(delivery)
+            if handled == expected:
+                done.set()
+                return
+
+    reader, errors = in_thread(work)
+    assert done.wait(15), "the group did not deliver every event expected"
+    reader.join(5)
+    assert not errors
+
+
 def everything(client: redis.Redis, prefix: str, threads: list[str]) -> set[tuple[str, str]]:
     return {(t, eid) for t in threads for eid in log_ids(client, prefix, t)}
 
@@ -73,9 +105,7 @@ def test_a_killed_member_s_events_are_claimed_by_the_rest_and_nothing_leaks(
     sync_saver: RedisStreamSaver, redis_url: str, redis_client: redis.Redis
 ) -> None:
     prefix = sync_saver.prefix
-    threads = [f"job:{i}" for i in range(12)]
-    for thread in threads:
-        steps(sync_saver, thread, 5)
+    threads = stepped(sync_saver, [f"job:{i}" for i in range(12)], 5)
     expected = everything(redis_client, prefix, threads)
     assert len(expected) == 120
 
@@ -265,9 +295,7 @@ def test_scripts_missing_on_the_server_are_reloaded_for_a_whole_batch_at_once(
     sync_saver: RedisStreamSaver, redis_url: str, redis_client: redis.Redis
 ) -> None:
     prefix = sync_saver.prefix
-    threads = [f"s{n}" for n in range(8)]
-    for thread in threads:
-        steps(sync_saver, thread, 1)
+    threads = stepped(sync_saver, [f"s{n}" for n in range(8)], 1)
     feeds = {feed_of_log(prefix, thread_keys(prefix, t).log) for t in threads}
     assert len(feeds) > 1  # the first claim is one script call per feed, in one batch
     expected = everything(redis_client, prefix, threads)
@@ -276,23 +304,8 @@ def test_scripts_missing_on_the_server_are_reloaded_for_a_whole_batch_at_once(
     client.sent = []
     saver = RedisStreamSaver(client, prefix=prefix)
     group = saver.consumer_group("reload", "m", start="0", min_idle_ms=50, claim_ms=50, block_ms=50)
-    redelivered: set[tuple[str, str]] = set()
-    done = threading.Event()
-
-    def work() -> None:
-        for delivery in group:
-            if delivery.deliveries == 1:
-                continue  # not acknowledged: the next claims deliver it again
-            redelivered.add((delivery.event.thread_id, delivery.event.id))
-            group.ack(delivery)
-            if redelivered == expected:
-                done.set()
-                return
-
-    reader, errors = in_thread(work)
-    assert done.wait(15), "the claims did not deliver every event again"
-    reader.join(5)
-    assert not errors
+    # the first delivery is not acknowledged: the next claims deliver it again
+    ack_until(group, expected, take=lambda delivery: delivery.deliveries > 1)
     # one SCRIPT LOAD, then the batch again in one pipeline: no script call on its own
     assert [c for c in client.sent if c != "INFO"] == ["SCRIPT LOAD"]
     group.close()
