@@ -32,7 +32,8 @@ from uuid import uuid4
 import redis
 
 from streamsaver import RedisStreamSaver
-from streamsaver.maintenance import REBUILD_BATCH, rebuild_threads
+from streamsaver.maintenance import rebuild_threads
+from streamsaver.maintenance.threads import REBUILD_BATCH
 
 from . import script
 
