@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 import redis
 import redis.asyncio
-from langchain_core.runnables import RunnableConfig as Config
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     ChannelVersions,
     Checkpoint,
@@ -48,8 +48,6 @@ __all__ = [
 ]
 
 # LangGraph's names, short enough for the overrides' signatures to fit on one line
-Metadata = CheckpointMetadata
-Versions = ChannelVersions
 
 _FILL_BATCH = 500
 _PING = b"PING\r\n"
@@ -86,17 +84,21 @@ class RecordingSaver(InMemorySaver):
         with self._lock:
             self._ops.append(op)
 
-    def get_tuple(self, config: Config) -> CheckpointTuple | None:
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         self._note(Op("get"))
         return super().get_tuple(config)
 
-    def list(self, config: Config | None, **kw: Any) -> Iterator[CheckpointTuple]:
+    def list(self, config: RunnableConfig | None, **kw: Any) -> Iterator[CheckpointTuple]:
         self._note(Op("list", count=kw.get("limit") or 10))
         return super().list(config, **kw)
 
     def put(
-        self, config: Config, checkpoint: Checkpoint, metadata: Metadata, new_versions: Versions
-    ) -> Config:
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
         bare = checkpoint.copy()
         values: dict[str, Any] = bare.pop("channel_values")  # type: ignore[misc]
         fields = [
@@ -112,7 +114,11 @@ class RecordingSaver(InMemorySaver):
         return super().put(config, checkpoint, metadata, new_versions)
 
     def put_writes(
-        self, config: Config, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
     ) -> None:
         fields = [b"task", task_id.encode()]
         for channel, value in writes:
@@ -243,7 +249,7 @@ class PingFloorSaver(InMemorySaver):
         self.client.ping()
         return super().list(*args, **kw)
 
-    def put(self, *args: Any, **kw: Any) -> Config:
+    def put(self, *args: Any, **kw: Any) -> RunnableConfig:
         self.client.ping()
         return super().put(*args, **kw)
 
@@ -272,7 +278,7 @@ class AsyncPingFloorSaver(InMemorySaver):
         for item in InMemorySaver.list(self, *args, **kw):
             yield item
 
-    async def aput(self, *args: Any, **kw: Any) -> Config:
+    async def aput(self, *args: Any, **kw: Any) -> RunnableConfig:
         await self.client.ping()
         return InMemorySaver.put(self, *args, **kw)
 

@@ -13,10 +13,8 @@ from typing import Any
 
 import pytest
 import redis
-from langchain_core.runnables import RunnableConfig as Config
-from langgraph.checkpoint.base import ChannelVersions as Versions
-from langgraph.checkpoint.base import Checkpoint
-from langgraph.checkpoint.base import CheckpointMetadata as Metadata
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
@@ -39,15 +37,23 @@ class Recording(RedisStreamSaver):
         self.written: dict[tuple[str, str], list[list[tuple[str, Any]]]] = defaultdict(list)
 
     def put(
-        self, config: Config, checkpoint: Checkpoint, metadata: Metadata, new_versions: Versions
-    ) -> Config:
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
         values = checkpoint["channel_values"]
         stored = {ch: copy.deepcopy(values[ch]) for ch in new_versions if ch in values}
         self.stored[checkpoint["id"]].append(stored)
         return super().put(config, checkpoint, metadata, new_versions)
 
     def put_writes(
-        self, config: Config, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
     ) -> None:
         key = (config["configurable"]["checkpoint_id"], task_id)
         self.written[key].append([(ch, copy.deepcopy(v)) for ch, v in writes])
