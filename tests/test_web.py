@@ -194,7 +194,7 @@ async def test_a_long_thread_opens_one_page_at_a_time(async_saver: AsyncRedisStr
     """The timeline reads one page of the log (newest first), not all of it: a thread of a
     million events opened as slowly as its length. Older pages follow the "older events"
     link, stay still, and together hold every event once."""
-    from streamsaver.web import _app
+    from streamsaver.web import _pages as _app
 
     for _ in range(4):
         await build(async_saver).ainvoke(START, conf("long"))

@@ -3,31 +3,10 @@
 from .checkpoint.aio import AsyncRedisStreamSaver
 from .checkpoint.base import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_PREFIX
 from .checkpoint.saver import RedisStreamSaver
+from .core import errors
 from .core.codec import SCHEMA_VERSION
 from .core.durability import DurabilityError, DurabilityMode
-from .core.errors import (
-    AuthenticationFailedError,
-    ConnectionFailedError,
-    CorruptIndexError,
-    DanglingVersionError,
-    DataLostError,
-    FencedError,
-    IntegrityError,
-    InvalidConfigError,
-    InvalidInputError,
-    InvalidUsageError,
-    MissingIndexError,
-    MissingValueError,
-    NoPersistenceWarning,
-    PayloadTooLargeError,
-    ServerTimeoutError,
-    ServerUnavailableError,
-    SlotMovingError,
-    StreamSaverError,
-    ThreadDeletedError,
-    TLSError,
-    UnsupportedServerError,
-)
+from .core.errors import *  # noqa: F403
 from .core.slicing import Replay
 from .store.stores import AsyncRedisStreamStore, RedisStreamStore
 
@@ -37,30 +16,11 @@ __all__ = [
     "SCHEMA_VERSION",
     "AsyncRedisStreamSaver",
     "AsyncRedisStreamStore",
-    "AuthenticationFailedError",
-    "ConnectionFailedError",
-    "CorruptIndexError",
-    "DanglingVersionError",
-    "DataLostError",
     "DurabilityError",
     "DurabilityMode",
-    "FencedError",
-    "IntegrityError",
-    "InvalidConfigError",
-    "InvalidInputError",
-    "InvalidUsageError",
-    "MissingIndexError",
-    "MissingValueError",
-    "NoPersistenceWarning",
-    "PayloadTooLargeError",
     "RedisStreamSaver",
     "RedisStreamStore",
     "Replay",
-    "ServerTimeoutError",
-    "ServerUnavailableError",
-    "SlotMovingError",
-    "StreamSaverError",
-    "TLSError",
-    "ThreadDeletedError",
-    "UnsupportedServerError",
 ]
+# the error names are listed once, where they are defined
+__all__ += errors.__all__

@@ -17,8 +17,7 @@ import time
 import weakref
 from collections.abc import Sequence
 from pathlib import Path
-from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 import redis
 from redis.backoff import NoBackoff
@@ -103,7 +102,23 @@ def _shutdown(process: subprocess.Popen[bytes], directory: str) -> None:
     shutil.rmtree(directory, ignore_errors=True)
 
 
-class EmbeddedRedis:
+_S = TypeVar("_S", bound="_Stopping")
+
+
+class _Stopping:
+    """A server that ``with`` stops at its end."""
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self: _S) -> _S:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+
+class EmbeddedRedis(_Stopping):
     """A redis-server on 127.0.0.1, on a free port, in its own temporary directory.
 
     Use as a context manager, or call :meth:`stop`. A forgotten instance is still stopped
@@ -208,17 +223,6 @@ class EmbeddedRedis:
                 f"log tail:\n{_log_tail(self.dir)}"
             )
 
-    def __enter__(self) -> EmbeddedRedis:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
     def __repr__(self) -> str:
         return f"EmbeddedRedis(url={self.url!r}, binary={self.binary!r})"
 
@@ -240,7 +244,7 @@ def _text(reply: Any) -> str:
     return reply.decode() if isinstance(reply, bytes) else str(reply)
 
 
-class EmbeddedCluster:
+class EmbeddedCluster(_Stopping):
     """A Redis Cluster of ``primaries`` primaries, each with ``replicas`` replicas, on
     127.0.0.1, each node an :class:`EmbeddedRedis` in its own temporary directory. For tests
     and benchmarks.
@@ -401,14 +405,3 @@ class EmbeddedCluster:
     def stop(self) -> None:
         for node in self.nodes:
             node.stop()
-
-    def __enter__(self) -> EmbeddedCluster:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()

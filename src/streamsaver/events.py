@@ -35,13 +35,18 @@ __all__ = [
     "Undecoded",
 ]
 
+
+class _Frozen(BaseModel):
+    """Every model here is frozen: what a consumer was handed cannot change under it."""
+
+    model_config = ConfigDict(frozen=True)
+
+
 EventKind = Literal["checkpoint", "writes", "delete", "pruned", "thread_deleted"]
 
 
-class Pruned(BaseModel):
+class Pruned(_Frozen):
     """What a prune trimmed from the log (the ``pruned`` event it appends first)."""
-
-    model_config = ConfigDict(frozen=True)
 
     count: int = Field(description="how many entries were removed")
     first_id: str = Field(description="the first entry removed")
@@ -49,11 +54,9 @@ class Pruned(BaseModel):
     last_digest: str = Field(description="its chain digest ('' if it had none)")
 
 
-class DeletedHistory(BaseModel):
+class DeletedHistory(_Frozen):
     """What ``delete_thread`` removed: the ``thread_deleted`` event that starts the thread's log
     again (the same as its record in the audit stream, plus ``upto``)."""
-
-    model_config = ConfigDict(frozen=True)
 
     count: int = Field(description="how many events the deleted log held")
     last_id: str | None = Field(description="the deleted log's last entry")
@@ -64,10 +67,8 @@ class DeletedHistory(BaseModel):
     )
 
 
-class ThreadEvent(BaseModel):
+class ThreadEvent(_Frozen):
     """One event of a thread's log. ``schema_version`` is the event's own ``sv``."""
-
-    model_config = ConfigDict(frozen=True)
 
     schema_version: int = Field(description="schema version of the stored event")
     id: str = Field(description="stream entry id in the thread's log, '<unix ms>-<seq>'")
@@ -200,21 +201,17 @@ class ThreadEvent(BaseModel):
         return f"{who} resume" if resumed else who
 
 
-class Undecoded(BaseModel):
+class Undecoded(_Frozen):
     """A value the serializer could not decode: encrypted and read without the key, or of a
     type it does not know. The stored bytes are left as they are."""
-
-    model_config = ConfigDict(frozen=True)
 
     type: str = Field(description="the serializer's type tag, e.g. 'msgpack+aes'")
     size: int = Field(description="length of the stored bytes")
     error: str = Field(description="what the serializer raised")
 
 
-class ThreadDeletion(BaseModel):
+class ThreadDeletion(_Frozen):
     """What ``delete_thread`` recorded in the prefix's audit stream before dropping a log."""
-
-    model_config = ConfigDict(frozen=True)
 
     id: str = Field(description="entry id in <prefix>:{<slot tag>}:audit")
     thread_id: str
@@ -224,10 +221,8 @@ class ThreadDeletion(BaseModel):
     head: str = Field(description="that entry's chain digest ('' if none)")
 
 
-class SkippedEvent(BaseModel):
+class SkippedEvent(_Frozen):
     """An entry a tailer reported and skipped instead of handing it over."""
-
-    model_config = ConfigDict(frozen=True)
 
     stream: str = Field(description="the key it was read from (a thread log or a feed)")
     id: str = Field(description="its entry id in that stream")
@@ -238,7 +233,7 @@ class SkippedEvent(BaseModel):
     reason: str
 
 
-class FeedCursor(BaseModel):
+class FeedCursor(_Frozen):
     """Where a ``tail_all`` is: per cluster slot, the last feed entry handed over.
 
     Serialize it with ``model_dump_json()`` and give it back (or its JSON) as ``after=`` to
@@ -246,16 +241,12 @@ class FeedCursor(BaseModel):
     beginning: their feed appeared after the cursor was taken.
     """
 
-    model_config = ConfigDict(frozen=True)
-
     prefix: str
     positions: dict[int, str] = Field(default_factory=dict)
 
 
-class Delivery(BaseModel):
+class Delivery(_Frozen):
     """One event handed to a consumer-group member; ``group.ack(delivery)`` when done."""
-
-    model_config = ConfigDict(frozen=True)
 
     event: ThreadEvent
     stream: str = Field(description="the feed the group read it from")
@@ -263,10 +254,8 @@ class Delivery(BaseModel):
     deliveries: int = Field(description="how many times the group has delivered it, this included")
 
 
-class ThreadInfo(BaseModel):
+class ThreadInfo(_Frozen):
     """One thread of ``saver.threads()``: its latest root-namespace checkpoint and activity."""
-
-    model_config = ConfigDict(frozen=True)
 
     thread_id: str
     checkpoint_id: str | None = Field(
@@ -283,10 +272,8 @@ class ThreadInfo(BaseModel):
         return datetime.fromtimestamp(self.last_activity_ms / 1000, tz=timezone.utc)
 
 
-class SlotLag(BaseModel):
+class SlotLag(_Frozen):
     """The projector's position on one cluster slot's feed."""
-
-    model_config = ConfigDict(frozen=True)
 
     slot: int
     usable: bool = Field(description="seeded, and the feed holds every entry after the cursor")
@@ -295,10 +282,8 @@ class SlotLag(BaseModel):
     oldest_ms: int | None = Field(default=None, description="the oldest pending entry, unix ms")
 
 
-class ProjectorLag(BaseModel):
+class ProjectorLag(_Frozen):
     """How far the projector is behind the writers: ``saver.projector_lag()``."""
-
-    model_config = ConfigDict(frozen=True)
 
     slots: tuple[SlotLag, ...] = ()
     now_ms: int = Field(description="the server's time when measured, unix ms")

@@ -5,30 +5,9 @@ What it may import: core, events and tailing's decoding. Never a saver (it reads
 ``LogSource`` the saver's operations provide) nor presentation (tests/test_layers.py).
 """
 
-from .trail import (
-    FORMAT,
-    FORMAT_VERSION,
-    Break,
-    ChainCheck,
-    ExportCheck,
-    ExportWriter,
-    Timeline,
-    export,
-    latest,
-    read_export,
-    verify_export,
-)
+from . import exports, timeline, trail
+from .exports import *  # noqa: F403
+from .timeline import *  # noqa: F403
+from .trail import *  # noqa: F403
 
-__all__ = [
-    "FORMAT",
-    "FORMAT_VERSION",
-    "Break",
-    "ChainCheck",
-    "ExportCheck",
-    "ExportWriter",
-    "Timeline",
-    "export",
-    "latest",
-    "read_export",
-    "verify_export",
-]
+__all__ = [*exports.__all__, *timeline.__all__, *trail.__all__]

@@ -9,22 +9,5 @@ What it may import: everything below it. Nothing imports it but ``streamsaver.__
 (tests/test_layers.py).
 """
 
-from .app import (
-    EXIT_CODES,
-    ThreadNotFoundError,
-    app,
-    guarded,
-    main,
-    projector_main,
-    require_threads,
-)
-
-__all__ = [
-    "EXIT_CODES",
-    "ThreadNotFoundError",
-    "app",
-    "guarded",
-    "main",
-    "projector_main",
-    "require_threads",
-]
+from .app import *  # noqa: F403
+from .app import __all__ as __all__

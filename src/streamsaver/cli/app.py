@@ -34,6 +34,7 @@ __all__ = [
     "app",
     "guarded",
     "main",
+    "projector_main",
     "require_threads",
 ]
 
@@ -178,10 +179,11 @@ def _cli_word(word: str) -> str:
     return '"' + word.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+Target = Annotated[str | None, typer.Argument(metavar="URL", help="the server (default: --url)")]
+
+
 def doctor(
-    target: Annotated[
-        str | None, typer.Argument(metavar="URL", help="the server (default: --url)")
-    ] = None,
+    target: Target = None,
     url: Url = None,
     prefix: Prefix = DEFAULT_PREFIX,
     as_json: Json = False,
@@ -198,9 +200,7 @@ def doctor(
 
 
 def serve(
-    target: Annotated[
-        str | None, typer.Argument(metavar="URL", help="the server (default: --url)")
-    ] = None,
+    target: Target = None,
     url: Url = None,
     prefix: Prefix = DEFAULT_PREFIX,
     host: Annotated[str, typer.Option(help="the address to listen on")] = "127.0.0.1",

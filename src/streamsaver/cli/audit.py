@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -12,7 +14,7 @@ from rich.markup import escape
 
 from ..checkpoint.base import DEFAULT_PREFIX
 from ..core.errors import InvalidInputError
-from .common import Json, Prefix, Url, add, group, need_url, require_threads
+from .common import Every, Json, Prefix, Url, add, group, need_url, require_threads
 
 if TYPE_CHECKING:
     from langgraph.checkpoint.serde.base import SerializerProtocol
@@ -34,7 +36,6 @@ ThreadId = Annotated[str, typer.Argument(metavar="THREAD_ID", help="the thread t
 SomeThread = Annotated[
     str | None, typer.Argument(metavar="THREAD_ID", help="one thread (or --all)")
 ]
-Every = Annotated[bool, typer.Option("--all", help="every thread under the prefix")]
 Decrypt = Annotated[
     bool,
     typer.Option(
@@ -68,9 +69,27 @@ def _serde(decrypt: bool) -> SerializerProtocol | None:
     return EncryptedSerializer.from_pycryptodome_aes()
 
 
-def _which(thread_id: str | None, every: bool) -> None:
+@contextmanager
+def _threads(
+    url: str | None,
+    prefix: str,
+    decrypt: bool,
+    thread_id: str | None,
+    every: bool,
+    *,
+    known: bool = False,
+) -> Iterator[tuple[RedisStreamSaver, list[str]]]:
+    """A saver and the threads THREAD_ID or --all names (a deleted thread's too); ``known``:
+    a THREAD_ID must have a log or a deletion record."""
+    from ..checkpoint.saver import RedisStreamSaver
+
     if every == (thread_id is not None):
         raise InvalidInputError("give a THREAD_ID or --all (not both)")
+    serde = _serde(decrypt)
+    with RedisStreamSaver.from_conn_string(need_url(url), prefix=prefix, serde=serde) as saver:
+        if known and thread_id is not None:
+            require_threads(saver, [thread_id])
+        yield saver, saver.thread_ids(deleted=True) if every else [str(thread_id)]
 
 
 def show(
@@ -104,12 +123,7 @@ def export(
     One JSON line per event (raw fields and a decoded view), per thread its deletion records
     and an end record; streams in constant memory.
     """
-    from ..checkpoint.saver import RedisStreamSaver
-
-    _which(thread_id, every)
-    serde = _serde(decrypt)
-    with RedisStreamSaver.from_conn_string(need_url(url), prefix=prefix, serde=serde) as saver:
-        targets = saver.thread_ids(deleted=True) if every else [str(thread_id)]
+    with _threads(url, prefix, decrypt, thread_id, every) as (saver, targets):
         return _export(saver, targets, out)
 
 
@@ -130,16 +144,9 @@ def verify(
     Each thread in Redis (THREAD_ID or --all): every reference its events make must resolve,
     and its digest chain must hold; or an export file without Redis (--file: the chain only).
     """
-    from ..checkpoint.saver import RedisStreamSaver
-
     if file is not None:
         return _verify_file(file, as_json, _serde(decrypt))
-    _which(thread_id, every)
-    serde = _serde(decrypt)
-    with RedisStreamSaver.from_conn_string(need_url(url), prefix=prefix, serde=serde) as saver:
-        if thread_id is not None:
-            require_threads(saver, [thread_id])
-        targets = saver.thread_ids(deleted=True) if every else [str(thread_id)]
+    with _threads(url, prefix, decrypt, thread_id, every, known=True) as (saver, targets):
         return _verify(saver, targets, as_json)
 
 
@@ -216,7 +223,7 @@ def _chain_json(thread_id: str, check: ChainCheck) -> dict[str, object]:
 def _verify_file(path: str, as_json: bool, serde: SerializerProtocol | None) -> int:
     from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
-    from ..audit.trail import verify_export
+    from ..audit.exports import verify_export
 
     with open(path, encoding="utf-8") as file:
         reports = verify_export(file, serde or JsonPlusSerializer())

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 __all__ = [
     "EXIT_CODES",
     "SETTINGS",
+    "Every",
     "Json",
     "Prefix",
     "ThreadNotFoundError",
@@ -60,6 +61,7 @@ Url = Annotated[
 ]
 Prefix = Annotated[str, typer.Option(help="key prefix of the saver")]
 Json = Annotated[bool, typer.Option("--json", help="machine-readable output (JSON)")]
+Every = Annotated[bool, typer.Option("--all", help="every thread under the prefix")]
 
 
 class ThreadNotFoundError(StreamSaverError):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Annotated
 
@@ -13,7 +14,7 @@ import typer
 from ..checkpoint.base import DEFAULT_PREFIX
 from ..core.errors import InvalidInputError
 from ..core.slicing import DEFAULT_SLICE_MS, DEFAULT_SLICE_PAUSE
-from .common import Json, Prefix, Url, add, need_url, require_threads
+from .common import Every, Json, Prefix, Url, add, need_url, require_threads
 
 if TYPE_CHECKING:
     from ..checkpoint.saver import RedisStreamSaver
@@ -23,7 +24,6 @@ __all__ = ["register", "register_replay"]
 Threads = Annotated[
     list[str] | None, typer.Option("--thread", metavar="ID", help="a thread id (repeatable)")
 ]
-Every = Annotated[bool, typer.Option("--all", help="every thread under the prefix")]
 SliceMs = Annotated[
     float,
     typer.Option(
@@ -110,15 +110,44 @@ def _targets(saver: RedisStreamSaver, thread: list[str] | None, every: bool) -> 
     return thread
 
 
-def rebuild(
-    url: Url = None,
-    prefix: Prefix = DEFAULT_PREFIX,
-    thread: Threads = None,
-    every: Every = False,
-    as_json: Json = False,
-    slice_ms: SliceMs = DEFAULT_SLICE_MS,
-    slice_pause: SlicePause = DEFAULT_SLICE_PAUSE,
-) -> int:
+def _per_thread(found: Mapping[str, Iterable[object]], what: str = "") -> None:
+    """A line for each thing found, after the thread it was found in."""
+    for thread_id, items in found.items():
+        for item in items:
+            print(f"{thread_id!r}: {what}{item}")
+
+
+SlicedRun = Callable[["RedisStreamSaver", "list[str] | None", bool, bool], int]
+
+
+def _sliced(replay: SlicedRun) -> Callable[..., int]:
+    """The command that runs ``replay`` (saver, --thread, --all, --json) on a saver whose
+    replays take slices as --slice-ms and --slice-pause say: rebuild and verify take the same
+    options, declared here once."""
+
+    def command(
+        url: Url = None,
+        prefix: Prefix = DEFAULT_PREFIX,
+        thread: Threads = None,
+        every: Every = False,
+        as_json: Json = False,
+        slice_ms: SliceMs = DEFAULT_SLICE_MS,
+        slice_pause: SlicePause = DEFAULT_SLICE_PAUSE,
+    ) -> int:
+        from ..checkpoint.saver import RedisStreamSaver
+
+        with RedisStreamSaver.from_conn_string(
+            need_url(url), prefix=prefix, slice_ms=slice_ms, slice_pause=slice_pause
+        ) as saver:
+            return replay(saver, thread, every, as_json)
+
+    # not functools.wraps: typer would follow __wrapped__ to ``replay``'s parameters
+    command.__name__, command.__doc__ = replay.__name__, replay.__doc__
+    return command
+
+
+@_sliced
+def rebuild(saver: RedisStreamSaver, thread: list[str] | None, every: bool, as_json: bool) -> int:
     """Rebuild thread indexes by replaying their event logs.
 
     Each thread's stream is replayed through the same Lua projection the writer uses into
@@ -131,34 +160,28 @@ def rebuild(
     """
     from redis.exceptions import NoPermissionError
 
-    from ..checkpoint.saver import RedisStreamSaver
     from ..maintenance.threads import rebuild_threads
     from .progress import progress_bar
 
-    with RedisStreamSaver.from_conn_string(
-        need_url(url), prefix=prefix, slice_ms=slice_ms, slice_pause=slice_pause
-    ) as saver:
-        if every and not thread:
-            # the thread indexes are derived too: only a SCAN finds logs they lost
-            try:
-                saver.reindex_threads()
-            except NoPermissionError:
-                print(
-                    "this user may not SCAN: rebuilding the threads the thread indexes name "
-                    "(run as an admin to find every log)",
-                    file=sys.stderr,
-                )
-        targets = _targets(saver, thread, every)
-        with progress_bar("rebuild") as progress:
-            report = rebuild_threads(saver, targets, progress)
-        projector = saver.seed_projections() if every else None
+    if every and not thread:
+        # the thread indexes are derived too: only a SCAN finds logs they lost
+        try:
+            saver.reindex_threads()
+        except NoPermissionError:
+            print(
+                "this user may not SCAN: rebuilding the threads the thread indexes name "
+                "(run as an admin to find every log)",
+                file=sys.stderr,
+            )
+    targets = _targets(saver, thread, every)
+    with progress_bar("rebuild") as progress:
+        report = rebuild_threads(saver, targets, progress)
+    projector = saver.seed_projections() if every else None
     code = 1 if report.skipped else 0
     if as_json:
         print(json.dumps({**asdict(report), "projector_threads": projector}))
         return code
-    for thread_id, problems in report.problems.items():
-        for problem in problems:
-            print(f"{thread_id!r}: skipped {problem}")
+    _per_thread(report.problems, "skipped ")
     print(
         f"rebuilt {report.threads} threads: {report.applied} events applied, "
         f"{report.skipped} skipped (unknown kind, newer schema, malformed or "
@@ -169,15 +192,8 @@ def rebuild(
     return code
 
 
-def verify(
-    url: Url = None,
-    prefix: Prefix = DEFAULT_PREFIX,
-    thread: Threads = None,
-    every: Every = False,
-    as_json: Json = False,
-    slice_ms: SliceMs = DEFAULT_SLICE_MS,
-    slice_pause: SlicePause = DEFAULT_SLICE_PAUSE,
-) -> int:
+@_sliced
+def verify(saver: RedisStreamSaver, thread: list[str] | None, every: bool, as_json: bool) -> int:
     """Check every reference events make, and the indexes against a replay.
 
     For each thread, in slices of a few milliseconds of server time: every reference its
@@ -186,23 +202,17 @@ def verify(
     Prints every problem
     (see docs/audit.md); exits 1 on any.
     """
-    from ..checkpoint.saver import RedisStreamSaver
     from ..maintenance.threads import verify_threads
     from .progress import progress_bar
 
-    with RedisStreamSaver.from_conn_string(
-        need_url(url), prefix=prefix, slice_ms=slice_ms, slice_pause=slice_pause
-    ) as saver:
-        targets = _targets(saver, thread, every)
-        with progress_bar("verify") as progress:
-            report = verify_threads(saver, targets, progress)
+    targets = _targets(saver, thread, every)
+    with progress_bar("verify") as progress:
+        report = verify_threads(saver, targets, progress)
     code = 1 if report.differences else 0
     if as_json:
         print(json.dumps(asdict(report)))
         return code
-    for thread_id, differences in report.differences.items():
-        for difference in differences:
-            print(f"{thread_id!r}: {difference}")
+    _per_thread(report.differences)
     print(
         f"verified {report.threads} threads ({report.applied} events): "
         f"{len(report.differences)} with differences"

@@ -296,7 +296,7 @@ def _thread_of(log_key: str) -> str:
 
 
 def _version(key: str) -> str | int | float:
-    # core.codec.version_key's text back to the version LangGraph gave
+    # core.fields.version_key's text back to the version LangGraph gave
     kind, text = key[:1], key[1:]
     return int(text) if kind == "i" else float(text) if kind == "f" else text
 
@@ -304,26 +304,24 @@ def _version(key: str) -> str | int | float:
 def _integrity(marker: str, payload: list[str]) -> Exception | None:
     """The typed error for an integrity reply: msgpack fields, hex-encoded, because thread ids,
     namespaces and channels may hold any character (lua/shared/common.lua's integrity())."""
-    if marker == "MISSING":
+    if marker in ("MISSING", "DANGLING"):
         log, ns, checkpoint_id, channel, version = payload
-        thread = _thread_of(log)
-        return MissingValueError(
-            f"checkpoint {checkpoint_id!r} of thread {thread!r} (namespace {ns!r}) names "
-            f"channel {channel!r} at version {_version(version)!r}, whose value is missing: "
-            f"no stored event holds it (lost to a restart from an older snapshot, an expiry or "
-            f"an eviction); refusing to return the checkpoint without it. Read an earlier "
-            f"checkpoint that is whole, or {_NO_REBUILD}"
-        )
-    if marker == "DANGLING":
-        log, ns, checkpoint_id, channel, version = payload
-        thread = _thread_of(log)
+        thread, value = _thread_of(log), f"channel {channel!r} at version {_version(version)!r}"
+        if marker == "MISSING":
+            return MissingValueError(
+                f"checkpoint {checkpoint_id!r} of thread {thread!r} (namespace {ns!r}) names "
+                f"{value}, whose value is missing: no stored event holds it (lost to a restart "
+                f"from an older snapshot, an expiry or an eviction); refusing to return the "
+                f"checkpoint without it. Read an earlier checkpoint that is whole, or "
+                f"{_NO_REBUILD}"
+            )
         return DanglingVersionError(
             f"put of checkpoint {checkpoint_id!r} refused, nothing written: its "
-            f"channel_versions names channel {channel!r} at version {_version(version)!r}, "
-            f"which is neither in new_versions nor stored in thread {thread!r} (namespace "
-            f"{ns!r}). The history this writer continues is gone (a restart from an older "
-            f"snapshot, an expiry, an eviction or a prune): reload the thread with get_tuple "
-            f"and continue from what it returns, or start the thread afresh"
+            f"channel_versions names {value}, which is neither in new_versions nor stored in "
+            f"thread {thread!r} (namespace {ns!r}). The history this writer continues is gone "
+            f"(a restart from an older snapshot, an expiry, an eviction or a prune): reload "
+            f"the thread with get_tuple and continue from what it returns, or start the "
+            f"thread afresh"
         )
     if marker == "NOINDEX":
         (log,) = payload

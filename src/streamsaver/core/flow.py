@@ -23,11 +23,13 @@ from typing import Any, Generic, TypeVar
 
 from langgraph.checkpoint.base import CheckpointTuple
 
-from .codec import Field
+from .fields import Field
 
 T = TypeVar("T")
 E = TypeVar("E")
 F = TypeVar("F")
+S = TypeVar("S")
+X = TypeVar("X")
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +110,26 @@ Entry = tuple[str, list[tuple[bytes, bytes]]]
 """A log entry: its id and its fields in stored order."""
 
 
+class Done(Generic[T]):
+    """What a flow returned (``advance``)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: T) -> None:
+        self.value = value
+
+
+def advance(
+    flow: Generator[S, Any, T], reply: Any = None, error: BaseException | None = None
+) -> S | Done[T]:
+    """``flow``'s next step once sent ``reply`` (or thrown ``error``), or ``Done`` with what it
+    returned."""
+    try:
+        return flow.send(reply) if error is None else flow.throw(error)
+    except StopIteration as done:
+        return Done(done.value)
+
+
 def drive(flow: Flow[T], execute: Callable[[Step], Any]) -> T:
     reply: Any = None
     try:
@@ -127,31 +149,35 @@ async def adrive(flow: Flow[T], execute: Callable[[Step], Awaitable[Any]]) -> T:
 
 
 def iterate(flow: Items[E], execute: Callable[[Step], Any]) -> Iterator[E]:
-    reply: Any = None
-    while True:
-        try:
-            step = flow.send(reply)
-        except StopIteration:
-            return
-        if isinstance(step, Emit):
-            yield step.item
-            reply = None
+    step = advance(flow)
+    while not isinstance(step, Done):
+        if not isinstance(step, Emit):
+            step = advance(flow, execute(step))
         else:
-            reply = execute(step)
+            yield step.item
+            step = advance(flow)
 
 
 async def aiterate(flow: Items[E], execute: Callable[[Step], Awaitable[Any]]) -> AsyncIterator[E]:
-    reply: Any = None
-    while True:
-        try:
-            step = flow.send(reply)
-        except StopIteration:
-            return
-        if isinstance(step, Emit):
-            yield step.item
-            reply = None
+    step = advance(flow)
+    while not isinstance(step, Done):
+        if not isinstance(step, Emit):
+            step = advance(flow, await execute(step))
         else:
-            reply = await execute(step)
+            yield step.item
+            step = advance(flow)
+
+
+def _relay(flow: Items[E], convert: Callable[[E], Iterable[X]]) -> Generator[Step | X, Any, None]:
+    """``flow``'s steps, passed on with their replies, and in place of each item it emits
+    what ``convert`` makes of it."""
+    step = advance(flow)
+    while not isinstance(step, Done):
+        if isinstance(step, Emit):
+            yield from convert(step.item)
+            step = advance(flow)
+        else:
+            step = advance(flow, (yield step))
 
 
 def expand_items(
@@ -159,32 +185,15 @@ def expand_items(
 ) -> Items[F]:
     """``flow`` with every item it emits turned into any number of items, then ``finish()``'s:
     for a converter that may hold items back until later ones come."""
-    reply: Any = None
-    while True:
-        try:
-            step = flow.send(reply)
-        except StopIteration:
-            break
-        if isinstance(step, Emit):
-            for item in convert(step.item):
-                yield Emit(item)
-            reply = None
-        else:
-            reply = yield step
-    for item in finish():
-        yield Emit(item)
+    yield from _relay(flow, lambda item: map(Emit, convert(item)))
+    yield from map(Emit, finish())
 
 
 def consume(flow: Items[E], take: Callable[[E], None]) -> Flow[None]:
     """Run ``flow``, handing every item it emits to ``take``."""
-    reply: Any = None
-    while True:
-        try:
-            step = flow.send(reply)
-        except StopIteration:
-            return
-        if isinstance(step, Emit):
-            take(step.item)
-            reply = None
-        else:
-            reply = yield step
+
+    def took(item: E) -> tuple[()]:
+        take(item)
+        return ()
+
+    yield from _relay(flow, took)

@@ -26,7 +26,7 @@ from redis.exceptions import AskError, MovedError, NoPermissionError, NoScriptEr
 
 from ..core.durability import Durability
 from ..core.errors import SlotMovingError, lost_connection, translate
-from ..core.flow import Call, Each, Eval, Op, Pause
+from ..core.flow import Call, Done, Each, Eval, Op, Pause, advance
 from ..lua import READ_ONLY
 from .moves import Moves, is_demoted, is_moving
 
@@ -296,32 +296,26 @@ def run(flow: Generator[Any, Any, R], verbs: Verbs) -> R:
     """Drive a core flow with a sync shell's verbs: each step done by ``verbs[type(step)]``
     and its result sent back; an error the verb raised is thrown back in, where the core
     decides (a lost connection is sent again, anything else raised as it is)."""
-    reply: Any = None
-    error: Exception | None = None
-    while True:
-        try:
-            step = flow.send(reply) if error is None else flow.throw(error)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+    step = advance(flow)
+    while not isinstance(step, Done):
         try:
             reply, error = verbs[type(step)](step), None
         except Exception as exc:
             reply, error = None, exc
+        step = advance(flow, reply, error)
+    return step.value
 
 
 async def arun(flow: Generator[Any, Any, R], verbs: Verbs) -> R:
     """``run`` with an asyncio shell's verbs (each returns an awaitable)."""
-    reply: Any = None
-    error: Exception | None = None
-    while True:
-        try:
-            step = flow.send(reply) if error is None else flow.throw(error)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+    step = advance(flow)
+    while not isinstance(step, Done):
         try:
             reply, error = await verbs[type(step)](step), None
         except Exception as exc:
             reply, error = None, exc
+        step = advance(flow, reply, error)
+    return step.value
 
 
 def raise_translated(exc: Exception) -> NoReturn:

@@ -10,7 +10,7 @@ from typing import Any
 
 from langgraph.checkpoint.base import CheckpointTuple
 
-from ..audit.trail import _Lenient
+from ..audit.timeline import Lenient
 from ..core.replies import jsonable
 from ..events import SkippedEvent, ThreadDeletion, ThreadEvent, ThreadInfo, Undecoded
 
@@ -103,7 +103,7 @@ class Sealed(dict[str, Any]):
         self.undecoded = Undecoded(type=type_, size=size, error=error)
 
 
-class Sealing(_Lenient):
+class Sealing(Lenient):
     """The saver's serde, giving ``Sealed`` for what it cannot decode."""
 
     def unreadable(self, data: tuple[str, bytes], exc: Exception) -> Any:

@@ -548,32 +548,43 @@ local function apply(log, ix, ptr, id, f, cache, checked, known)
   return true
 end
 
+-- Replay the log's entries from `start` (an XRANGE start: '-', or '(' .. the last one done)
+-- into ix and ptr through the sink, `count` per XRANGE, each counted in out[at] when applied,
+-- else in out[at + 1] with "<id> <reason>" appended while out holds fewer than `most` items
+-- (nil: never). stop(id), if given, is asked after each entry and ends the replay there.
+-- Returns true if it reached the log's end, and the last entry id it replayed.
+local function replay_range(log, ix, ptr, start, count, out, at, most, stop)
+  local done, last = true, nil
+  repeat
+    local batch = redis.call('XRANGE', log, last and '(' .. last or start, '+', 'COUNT', count)
+    for _, e in ipairs(batch) do
+      local ok, why = apply(log, ix, ptr, e[1], fields_of(e[2]))
+      if ok then
+        out[at] = out[at] + 1
+      else
+        out[at + 1] = out[at + 1] + 1
+        if most and #out < most then
+          out[#out + 1] = e[1] .. ' ' .. why
+        end
+      end
+      last = e[1]
+      if stop and stop(last) then
+        done = false
+        break
+      end
+    end
+  until not done or #batch < count
+  return done, last
+end
+
 -- Re-project a whole log into ix and ptr (emptied first), in order, as the writer did.
 -- Returns {events applied, events skipped, "<id> <reason>" for the first 100 skipped}.
 local function replay_into(log, ix, ptr)
   redis.call('DEL', ix, ptr)
-  local applied, skipped, start = 0, 0, '-'
   local out = {0, 0}
   sink = buffered()
-  while true do
-    local batch = redis.call('XRANGE', log, start, '+', 'COUNT', 1000)
-    if #batch == 0 then
-      sink.flush({[ix] = true})
-      sink = direct
-      out[1], out[2] = applied, skipped
-      return out
-    end
-    for _, e in ipairs(batch) do
-      local ok, why = apply(log, ix, ptr, e[1], fields_of(e[2]))
-      if ok then
-        applied = applied + 1
-      else
-        skipped = skipped + 1
-        if #out < 102 then
-          out[#out + 1] = e[1] .. ' ' .. why
-        end
-      end
-    end
-    start = '(' .. batch[#batch][1]
-  end
+  replay_range(log, ix, ptr, '-', 1000, out, 1, 102)
+  sink.flush({[ix] = true})
+  sink = direct
+  return out
 end

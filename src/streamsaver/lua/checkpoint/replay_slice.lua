@@ -32,38 +32,14 @@ if fresh == 1 then
 end
 
 local out = {'more', ARGV[1], fresh, 0, 0}
-local applied, skipped, last, done = 0, 0, nil, false
 -- a fresh start's scratch keys are empty: no read needs to fall through to them
 sink = buffered(fresh == 0)
-local stop = false
 units_begin()
-while not stop do
-  local batch = redis.call('XRANGE', log, start, '+', 'COUNT', 10)
-  for _, e in ipairs(batch) do
-    local ok, why = apply(log, sx, sp, e[1], fields_of(e[2]))
-    if ok then
-      applied = applied + 1
-    else
-      skipped = skipped + 1
-      if #out < 105 then
-        out[#out + 1] = e[1] .. ' ' .. why
-      end
-    end
-    last = e[1]
-    if applied + skipped >= most or over(budget) then
-      stop = true
-      break
-    end
-  end
-  if not stop and #batch < 10 then
-    done = true
-    break
-  end
-  start = '(' .. last
-end
+local done, last = replay_range(log, sx, sp, start, 10, out, 4, 105, function()
+  return out[4] + out[5] >= most or over(budget)
+end)
 sink.flush({[sx] = true})
 sink = direct
-out[4], out[5] = applied, skipped
 
 if not done then
   out[2] = last

@@ -52,28 +52,14 @@ end
 -- replay what the scratch keys lack; true once they hold the whole log
 local function catch_up()
   sink = buffered(true)
-  local done, stop = false, false
-  while not stop do
-    local batch = redis.call('XRANGE', log, s.at == '' and '-' or '(' .. s.at, '+', 'COUNT', 10)
-    for _, e in ipairs(batch) do
-      local ok, why = apply(log, sx, sp, e[1], fields_of(e[2]))
-      if ok then
-        out[3] = out[3] + 1
-      else
-        out[4] = out[4] + 1
-      end
-      s.at = e[1]
-      stop = over(budget)
-      if stop then
-        break
-      end
-    end
-    if not stop and #batch < 10 then
-      done = true
-      break
-    end
-    stop = stop or spent()
-  end
+  local n = 0
+  local done = replay_range(log, sx, sp, s.at == '' and '-' or '(' .. s.at, 10, out, 3, nil,
+    function(id)
+      s.at = id
+      n = n + 1
+      -- a unit of work is a read of ten entries
+      return over(budget) or (n % 10 == 0 and spent())
+    end)
   sink.flush({[sx] = true})
   sink = direct
   return done
