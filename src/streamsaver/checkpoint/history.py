@@ -17,11 +17,11 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import DeltaChannelHistory, PendingWrite, writes_sort_key
 
-from ..core.codec import _ABSENT
 from ..core.config import target_of
 from ..core.errors import CorruptIndexError, InvalidInputError
 from ..core.flow import Eval, Flow
 from ..core.keys import lp
+from ..core.values import ABSENT
 from .ops import Operations
 
 __all__ = ["delta_channel_history"]
@@ -90,5 +90,5 @@ def _add_writes(ops: Operations, flat: Sequence[Any], into: dict[str, list[Pendi
 def _add_seeds(ops: Operations, flat: Sequence[Any], into: dict[str, Any]) -> None:
     for channel, version, head, parts in zip(*(flat[i::4] for i in range(4)), strict=True):
         value, _ = ops.codec._compose(version, head, parts, b"", None)
-        if value is not _ABSENT:
+        if value is not ABSENT:
             into[channel.decode()] = value

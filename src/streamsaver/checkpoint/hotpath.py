@@ -19,7 +19,7 @@ from langgraph.checkpoint.base import (
     get_serializable_checkpoint_metadata,
 )
 
-from ..core.codec import CheckpointEvent, Field, Held, _check_metadata, metadata_form
+from ..core.codec import CheckpointEvent, Field, Held, metadata_form
 from ..core.config import _configurable, before_id, make_config, target_of
 from ..core.delta import Known, Written
 from ..core.errors import (
@@ -30,6 +30,7 @@ from ..core.errors import (
 )
 from ..core.flow import Call, Each, Emit, Eval, Flow, ListFlow
 from ..core.keys import lp
+from ..core.metadata import check_metadata
 from ..core.nodes import send_index, send_target, send_targets
 from ..core.server import (
     MIN_SERVER,
@@ -321,7 +322,7 @@ def _filter_args(filter: object) -> tuple[bytes | str, bytes | str]:
         return "", ""
     if not isinstance(filter, dict) or not all(isinstance(k, str) for k in filter):
         raise InvalidInputError(f"filter must be a dict of metadata key to value, got {filter!r}")
-    _check_metadata(filter, "filter", stored=False)
+    check_metadata(filter, "filter", stored=False)
     # values as their forms (lua/shared/meta.lua): cmsgpack would turn them into Lua values, which
     # lose integers beyond 2^53 and [] vs {}
     match = [x for k, v in filter.items() if v is not None for x in (k, metadata_form(v))]

@@ -10,10 +10,11 @@ from collections.abc import Sequence
 import ormsgpack
 
 from ..core.chain import CHAIN_FIELDS
-from ..core.codec import _SHARED, Field
+from ..core.codec import Field
 from ..core.config import thread_id_str
 from ..core.errors import CorruptIndexError, InvalidInputError
 from ..core.feeds import audit_of_log
+from ..core.fields import SHARED
 from ..core.flow import Call, Eval, Flow, Pace
 from ..core.keys import ThreadKeys
 from ..core.pages import LogPages
@@ -197,7 +198,7 @@ class Lifecycle(Compaction):
         replaced by the bytes it names: a copy lives in another log, with other event ids.
         A part naming nothing valid (a hand-edited or damaged log) raises, naming the event,
         before anything of its page is copied."""
-        shared = [n for n, raw in fields.items() if raw.startswith(_SHARED) and _is_value(n)]
+        shared = [n for n, raw in fields.items() if raw.startswith(SHARED) and _is_value(n)]
         if not shared:
             # the usual case: nothing to replace (unshared() passes other values as they are)
             return fields

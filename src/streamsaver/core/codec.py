@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from .decoding import ReplyDecoder
 from .encoding import CheckpointEvent, EventEncoder
-from .fields import SCHEMA_VERSION, SHARED, Field, parse_version, version_key
-from .metadata import check_metadata, metadata_form
-from .values import ABSENT, Held, Learned
+from .fields import SCHEMA_VERSION, Field, parse_version, version_key
+from .metadata import metadata_form
+from .values import Held, Learned
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -34,7 +34,3 @@ __all__ = [
 class Codec(EventEncoder, ReplyDecoder):
     """A saver's codec: its serde, its payload bound and whether it reuses list items
     (``ValueCodec``), events built (``EventEncoder``) and replies read (``ReplyDecoder``)."""
-
-
-# the names other modules took from here before the codec was split in parts
-_SHARED, _ABSENT, _check_metadata = SHARED, ABSENT, check_metadata

@@ -9,7 +9,7 @@
 -- Needs shared/common.lua and checkpoint/read.lua.
 
 -- A value stored as ormsgpack.packb(("empty", b"")) is a channel in channel_versions without a
--- value (see core/codec.py): get_tuple leaves it out of channel_values, so it is no seed.
+-- value (see core/fields.py): get_tuple leaves it out of channel_values, so it is no seed.
 local EMPTY = '\146\165empty\196\0'
 
 -- The version of `channel` at checkpoint `f` if get_tuple would put it in channel_values.

@@ -1,6 +1,6 @@
 -- Metadata as filters compare it (checkpoint/list.lua) and the projector indexes it (projector/registry.lua), read
 -- from its msgpack bytes. Not through cmsgpack: it turns integers into doubles (two ids beyond
--- 2^53 become one number) and [] and {} into the same empty table. streamsaver/core/codec.py's
+-- 2^53 become one number) and [] and {} into the same empty table. streamsaver/core/metadata.py's
 -- metadata_form() is the same definition, for the values a filter holds.
 --
 -- A value's form is a string; two values have the same form exactly when Python's == says they
@@ -30,7 +30,7 @@ end
 
 local function float_form(v)
   if v ~= v then
-    -- never sent by a filter (core/codec.py), so a stored NaN matches nothing
+    -- never sent by a filter (core/metadata.py), so a stored NaN matches nothing
     return 'fnan;'
   end
   if v == math.floor(v) and v > -TWO64 and v < TWO64 then
