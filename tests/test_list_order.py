@@ -17,7 +17,7 @@ from langgraph.checkpoint.conformance.test_utils import generate_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
 
 from streamsaver import AsyncRedisStreamSaver, RedisStreamSaver
-from streamsaver.checkpoint import hotpath as _ops
+from streamsaver.checkpoint import hotpath
 from streamsaver.core.keys import lp
 
 # sorted as the index sorts them: "12:zz..." comes before "1:a" ('2' < ':')
@@ -89,7 +89,7 @@ def test_list_order_matches_in_memory_saver(
     sync_saver: RedisStreamSaver, monkeypatch: pytest.MonkeyPatch, page: int
 ) -> None:
     # small pages put page edges inside namespaces and at their ends
-    monkeypatch.setattr(_ops, "_PAGE", page)
+    monkeypatch.setattr(hotpath, "_PAGE", page)
     ref = InMemorySaver()
     ids = _fill([sync_saver, ref])
     every = list(sync_saver.list({"configurable": {"thread_id": "t-a"}}))
@@ -105,7 +105,7 @@ def test_list_order_matches_in_memory_saver(
 async def test_alist_order_matches_in_memory_saver(
     async_saver: AsyncRedisStreamSaver, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_ops, "_PAGE", 3)
+    monkeypatch.setattr(hotpath, "_PAGE", 3)
     ref = InMemorySaver()
     ids = []
     for thread_id in THREADS:

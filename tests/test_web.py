@@ -194,7 +194,7 @@ async def test_a_long_thread_opens_one_page_at_a_time(async_saver: AsyncRedisStr
     """The timeline reads one page of the log (newest first), not all of it: a thread of a
     million events opened as slowly as its length. Older pages follow the "older events"
     link, stay still, and together hold every event once."""
-    from streamsaver.web import _pages as _app
+    from streamsaver.web import _pages
 
     for _ in range(4):
         await build(async_saver).ainvoke(START, conf("long"))
@@ -203,7 +203,7 @@ async def test_a_long_thread_opens_one_page_at_a_time(async_saver: AsyncRedisStr
     seen: list[str] = []
     pages = 0
     params: dict[str, str] = {"thread_id": "long"}
-    old, _app.TIMELINE = _app.TIMELINE, 7
+    old, _pages.TIMELINE = _pages.TIMELINE, 7
     try:
         async with client(create_app(async_saver)) as h:
             while True:
@@ -221,7 +221,7 @@ async def test_a_long_thread_opens_one_page_at_a_time(async_saver: AsyncRedisStr
             bad = await h.get("/thread", params={"thread_id": "long", "before": "x*"})
             assert bad.status_code == 400 and "before must be an event id" in bad.text
     finally:
-        _app.TIMELINE = old
+        _pages.TIMELINE = old
     events, more = await async_saver.ahistory_page("long", limit=3)
     assert [e.id for e in events] == every[-3:] and more
     events, more = await async_saver.ahistory_page("long", before=every[3], limit=10)

@@ -71,7 +71,7 @@ class RedisStreamSaver(InThread, StreamSaverBase[SyncClient]):
 
     def _attach(self, client: SyncClient) -> None:
         # redis-py's Script objects, for a caller that pipelines scripts itself (a benchmark's
-        # bulk fill); the saver sends through _transport's Scripts
+        # bulk fill); the saver sends through transport.core's Scripts
         self._scripts = {name: client.register_script(src) for name, src in SOURCES.items()}
         self._cluster = self._projections.cluster = isinstance(client, RedisCluster)
         self._durable = self.durability.command() is not None

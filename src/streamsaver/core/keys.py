@@ -18,6 +18,7 @@ from typing import NamedTuple
 from urllib.parse import quote, unquote
 
 from .errors import InvalidInputError
+from .slots import SLOTS, slot_tag
 
 __all__ = [
     "STORE_BUCKETS",
@@ -176,8 +177,6 @@ def store_bucket(namespace: str) -> int:
 
 
 def store_keys(prefix: str, bucket: int) -> StoreKeys:
-    from .slots import SLOTS, slot_tag  # _feed imports this module
-
     base = f"{prefix}:{{{slot_tag(bucket * (SLOTS // STORE_BUCKETS))}}}:"
     kinds = ("mlog", "mix", "mitem", "mns", "mexp", "mvec", "mft", "mnsz")
     return StoreKeys(*(base + kind for kind in kinds))
