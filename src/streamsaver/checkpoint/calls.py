@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable, Generator
 from functools import partial
 from typing import Any, TypeVar
 
+from ..core.flow import adrive, drive
 from ..transport.exchange import ScanNode
 
 __all__ = ["Calls", "acall_through", "call_through", "node_views", "scan_node"]
@@ -17,22 +18,16 @@ Calls = Generator[Callable[[], Any], Any, T]
 """Client calls, each sent back what it returned (the async shell: what it returned, awaited)."""
 
 
+def _call(call: Callable[[], T]) -> T:
+    return call()
+
+
 def call_through(calls: Calls[T]) -> T:
-    reply: Any = None
-    try:
-        while True:
-            reply = calls.send(reply)()
-    except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
+    return drive(calls, _call)
 
 
 async def acall_through(calls: Generator[Callable[[], Awaitable[Any]], Any, T]) -> T:
-    reply: Any = None
-    try:
-        while True:
-            reply = await calls.send(reply)()
-    except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
+    return await adrive(calls, _call)
 
 
 def scan_node(client: Any, step: ScanNode) -> Calls[tuple[int, list[Any]]]:

@@ -15,6 +15,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ..core.durability import DurabilityMode
 from ..events import FeedCursor
+from ..tailing.feeds import FeedReadOptions
 from ..tailing.steps import Report
 
 __all__ = [
@@ -57,24 +58,19 @@ class _Following(_ReadOptions, total=False):
     checkpoint_ns: str | None
 
 
-class _FeedOptions(_ReadOptions, total=False):
-    discover_ms: int | None
-    poll_ms: int
-
-
 class TailOptions(_Following, total=False):
     """``tail``'s options (``tailing.thread.ThreadTail``'s)."""
 
     after: str
 
 
-class TailAllOptions(_Following, _FeedOptions, total=False):
+class TailAllOptions(_Following, FeedReadOptions, total=False):
     """``tail_all``'s options (``tailing.feeds.FeedTail``'s)."""
 
     after: str | FeedCursor
 
 
-class GroupOptions(_FeedOptions, total=False):
+class GroupOptions(FeedReadOptions, total=False):
     """``consumer_group``'s options (``tailing.groups.GroupReader``'s)."""
 
     start: str

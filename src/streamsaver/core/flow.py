@@ -130,7 +130,7 @@ def advance(
         return Done(done.value)
 
 
-def drive(flow: Flow[T], execute: Callable[[Step], Any]) -> T:
+def drive(flow: Generator[S, Any, T], execute: Callable[[S], Any]) -> T:
     reply: Any = None
     try:
         while True:
@@ -139,7 +139,7 @@ def drive(flow: Flow[T], execute: Callable[[Step], Any]) -> T:
         return done.value  # type: ignore[no-any-return]
 
 
-async def adrive(flow: Flow[T], execute: Callable[[Step], Awaitable[Any]]) -> T:
+async def adrive(flow: Generator[S, Any, T], execute: Callable[[S], Awaitable[Any]]) -> T:
     reply: Any = None
     try:
         while True:

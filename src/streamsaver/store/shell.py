@@ -18,9 +18,13 @@ from langgraph.store.base import BaseStore, IndexConfig, TTLConfig
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
 
-from ..checkpoint.base import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_PREFIX, _check_serde, check_client
+from ..checkpoint.base import (
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    DEFAULT_PREFIX,
+    _check_serde,
+    require_client,
+)
 from ..core.chain import ChainCheck
-from ..core.errors import InvalidInputError
 from ..core.flow import Emit, Flow, Items
 from ..core.slicing import Replay
 from ..memory_events import MemoryEvent, StoreCursor
@@ -77,12 +81,7 @@ class StoreShell(BaseStore, Generic[ClientT, SaverT]):
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         allow_eviction: bool = False,
     ) -> None:
-        name = type(self).__name__
-        if not isinstance(client, self._clients):
-            raise InvalidInputError(
-                f"{name} needs {self._needs} client, got {type(client).__name__}; {self._instead}"
-            )
-        check_client(client, name)
+        require_client(client, self._clients, type(self).__name__, self._needs, self._instead)
         self._saver = self._saver_class(
             client, prefix=prefix, chain=chain, allow_eviction=allow_eviction
         )

@@ -50,16 +50,23 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing's from Python 3.11
 
 
-class FeedOptions(TypedDict, total=False):
-    """The options of every reader of the feeds; their defaults are ``_Feeds``'s."""
+class FeedReadOptions(TypedDict, total=False):
+    """What a caller may set of every reader of the feeds (``tail_all``, ``consumer_group``
+    pass them on); their defaults are ``_Feeds``'s."""
 
     block_ms: int
     count: int
     discover_ms: int | None
     poll_ms: int
+    on_skip: Report | None
+
+
+class FeedOptions(FeedReadOptions, total=False):
+    """``FeedReadOptions`` and what the saver sets itself: whether it is a cluster, and the
+    clock (a test's)."""
+
     cluster: bool
     clock: Callable[[], float]
-    on_skip: Report | None
 
 
 class _Feeds(_Reader):
