@@ -76,8 +76,7 @@ def busy(tenant: RedisStreamSaver) -> None:
         pass
 
 
-# by --only's name, in the order they run: the operation's label and what it runs; the floors
-# first
+# by --only's name, in the order they run: the operation's label and what it runs; the floors first
 OPERATIONS: dict[str, tuple[str, Callable[[RedisStreamSaver], object]]] = {
     "busy": ("floor: a busy process", busy),
     "ideal_slices": ("floor: ideal slices, paced", ideal_slices),

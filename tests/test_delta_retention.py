@@ -97,8 +97,7 @@ def test_keep_last_runs_a_delta_graph_as_in_memory(redis_url: str, prefix: str, 
     assert graph.get_state(THREAD).values == state
     assert _checkpoints(saver) < 8 * 4  # it did compact
     # puts appended as they are while a compaction would drop little (lua/checkpoint/compact.lua)
-    # project
-    # what a replay projects
+    # project what a replay projects
     assert saver.verify("delta-kept")[2] == []
     # and every kept checkpoint still rebuilds as the default walk does
     for snapshot in saver.list(THREAD):

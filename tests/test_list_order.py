@@ -126,8 +126,7 @@ def test_a_bound_that_empties_many_namespaces_still_finds_the_rest(
     sync_saver: RedisStreamSaver,
 ) -> None:
     # each namespace entered counts against checkpoint/list.lua's SCAN_CAP (1000): a page that gives
-    # up
-    # there must hand on a cursor that the next page continues from, not end the list
+    # up there must hand on a cursor that the next page continues from, not end the list
     count = 1100
     ids = []
     for i in range(count):

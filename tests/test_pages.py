@@ -70,8 +70,8 @@ def test_a_long_read_of_a_log_comes_in_pages_of_one_slice(
     assert sum(len(p) for p in pages) >= events
     budget_us = sync_saver._ops.slice_ms * 1000
     costs = [page_cost(p) for p in pages]
-    # by the server's measured rates (a page of one entry costs what the entry does, whatever
-    # the budget)
+    # by the server's measured rates (a page of one entry costs what the entry does, whatever the
+    # budget)
     assert all(
         (us <= budget_us and size <= MOST_BYTES) or len(p) == 1
         for (us, size), p in zip(costs, pages, strict=True)

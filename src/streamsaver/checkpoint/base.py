@@ -248,8 +248,8 @@ class StreamSaverBase(BaseCheckpointSaver[str], Generic[ClientT]):
         return ops
 
     # A property, not BaseCheckpointSaver's plain attribute: a serde assigned after construction
-    # (`saver.serde = EncryptedSerializer(...)`) must reach every reader and writer of values,
-    # or plaintext is stored.
+    # (`saver.serde = EncryptedSerializer(...)`) must reach every reader and writer of values, or
+    # plaintext is stored.
     @property
     def serde(self) -> SerializerProtocol:
         # BaseCheckpointSaver.__init__ reads the class default before anything was assigned

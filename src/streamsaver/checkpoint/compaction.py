@@ -58,8 +58,8 @@ class Compaction(State):
                 # first to write, and never the last (lua/checkpoint/compact_slice.lua)
                 (reply,) = yield from self._slice(Each((op,)), pace)
             else:
-                # alone, so a durability mode waits after it: the swap is acknowledged as any
-                # write is
+                # alone, so a durability mode waits after it: the swap is acknowledged as any write
+                # is
                 reply = yield from self._slice(op, pace)
             if _out_of_memory(reply):
                 break

@@ -29,9 +29,9 @@ _WRITES_KEPT = 200
 # one import script's most events and bytes (copy_thread)
 _IMPORT_EVENTS = 50
 _IMPORT_BYTES = 256 * 1024
-# how long the keys of a deleted thread, never used again, keep refusing writes that continue
-# its deleted history (lua/checkpoint/delete_thread.lua); a thread that uses the id again keeps
-# that for good
+# how long the keys of a deleted thread, never used again, keep refusing writes that continue its
+# deleted history (lua/checkpoint/delete_thread.lua); a thread that uses the id again keeps that for
+# good
 TOMBSTONE_MS = 7 * 24 * 3600 * 1000
 
 

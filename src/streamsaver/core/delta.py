@@ -57,16 +57,14 @@ SNAPSHOT_SPACING = 3
 # below this a reference ("<event id> w<i>", offset, count) saves too little to be worth a lookup
 MIN_SHARED_BYTES = 64
 
-# What an entry costs beside its body: the Known, its version and head strings, the dict slots
-# and the (thread, namespace) key. Measured at ~630 bytes per thread holding one channel
-# (CPython 3.11, tracemalloc); counting only bodies let many small lists hold several times the
-# bound.
+# What an entry costs beside its body: the Known, its version and head strings, the dict slots and
+# the (thread, namespace) key. Measured at ~630 bytes per thread holding one channel (CPython 3.11,
+# tracemalloc); counting only bodies let many small lists hold several times the bound.
 ENTRY_BYTES = 640
-# What a held object (reuse_items) costs beside its encoding: a decoded message takes ~1,340
-# bytes more than its msgpack bytes whatever its length (CPython 3.11, tracemalloc, 150
-# messages of 20 to 2,000 characters), and its shallow_state ~10 references more. Counted for
-# every item, though the graph usually holds the same objects: the bound is on what the cache
-# alone may keep alive.
+# What a held object (reuse_items) costs beside its encoding: a decoded message takes ~1,340 bytes
+# more than its msgpack bytes whatever its length (CPython 3.11, tracemalloc, 150 messages of 20 to
+# 2,000 characters), and its shallow_state ~10 references more. Counted for every item, though the
+# graph usually holds the same objects: the bound is on what the cache alone may keep alive.
 ITEM_BYTES = 1500
 
 

@@ -185,13 +185,12 @@ def unavailable(exc: RedisConnectionError | RedisTimeoutError) -> ServerUnavaila
     return ServerUnavailableError(f"Redis is unavailable ({exc}); {_UNSURE}")
 
 
-# What a connection closed under a command raises from redis-py's own code or asyncio's
-# transport instead of a ConnectionError: redis-py's asyncio cluster client answers a
-# ConnectionError by closing every node's connections (``RedisCluster.aclose`` in its retry),
-# the ones other tasks are using included, and a write on a connection closed meanwhile finds
-# its writer or transport set to None (redis-py issue 4287): "'NoneType' object has no
-# attribute 'writelines'", "'NoneType' object is not callable". Neither is a RedisError, so no
-# retry of redis-py's sees it.
+# What a connection closed under a command raises from redis-py's own code or asyncio's transport
+# instead of a ConnectionError: redis-py's asyncio cluster client answers a ConnectionError by
+# closing every node's connections (``RedisCluster.aclose`` in its retry), the ones other tasks are
+# using included, and a write on a connection closed meanwhile finds its writer or transport set to
+# None (redis-py issue 4287): "'NoneType' object has no attribute 'writelines'", "'NoneType' object
+# is not callable". Neither is a RedisError, so no retry of redis-py's sees it.
 _TORN_IN = (
     "redis/connection.py",
     "redis/asyncio/connection.py",

@@ -42,8 +42,7 @@ __all__ = [
 ]
 
 # the suffixes of per-slot keys, here and in checkpoint/projections.py: never a thread key's suffix
-# (a
-# slot tag can be a thread's tag too). checkpoint/migrate.py moves them from the earlier layout,
+# (a slot tag can be a thread's tag too). checkpoint/migrate.py moves them from the earlier layout,
 # ``<prefix>:<kind>:{<slot tag>}`` (docs/keyspace.md)
 # a seed's scratch keys (lua/projector/seed.lua), renamed over the projections it rebuilt, and its
 # state

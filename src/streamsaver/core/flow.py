@@ -74,8 +74,8 @@ class Pause:
     seconds: float
 
 
-# the most of a stretch a pause answers for: past it the operation was waiting (on its caller,
-# the network), not busy
+# the most of a stretch a pause answers for: past it the operation was waiting (on its caller, the
+# network), not busy
 _BUSY_MOST_S = 0.05
 
 

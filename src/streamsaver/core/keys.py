@@ -133,16 +133,15 @@ def lp(text: str) -> str:
     return f"{len(text.encode())}:{text}"
 
 
-# The Store's keys. A namespace (its labels joined by ".", which no label may hold) lives in one
-# of STORE_BUCKETS buckets, chosen by its CRC; a bucket's keys share the hash tag of a fixed slot,
+# The Store's keys. A namespace (its labels joined by ".", which no label may hold) lives in one of
+# STORE_BUCKETS buckets, chosen by its CRC; a bucket's keys share the hash tag of a fixed slot,
 # ``<prefix>:{<slot tag>}:mlog|mix|mitem|mns|mexp|mvec|mft|mnsz`` (lua/store/store.lua says what
-# each
-# holds; with the server's vector index, also the documents ``...:mv:<sha1>:<j>``). Reads
-# across namespaces (prefix search, list_namespaces) visit every bucket: a fixed, small number
-# of keys, found without SCAN, spread evenly over the cluster's slots. The ``m`` suffixes are
-# distinct from a thread's ``log|ix|ptr`` and from every per-slot kind, so the tag may equal a
-# thread's (a thread id of four such characters) without any key colliding. User data is
-# never part of a key name.
+# each holds; with the server's vector index, also the documents ``...:mv:<sha1>:<j>``). Reads
+# across namespaces (prefix search, list_namespaces) visit every bucket: a fixed, small number of
+# keys, found without SCAN, spread evenly over the cluster's slots. The ``m`` suffixes are distinct
+# from a thread's ``log|ix|ptr`` and from every per-slot kind, so the tag may equal a thread's (a
+# thread id of four such characters) without any key colliding. User data is never part of a key
+# name.
 STORE_BUCKETS = 256
 
 

@@ -2,8 +2,8 @@
 preceded by the shared files it needs, so the projection (checkpoint/projection.lua) exists
 exactly once.
 
-The files are grouped as the Python is: ``shared/`` (every script's helpers: shared/common.lua, the
-slice clock, metadata forms), ``checkpoint/`` (a thread's log and indexes: append, reads,
+The files are grouped as the Python is: ``shared/`` (every script's helpers: common.lua,
+the slice clock, metadata forms), ``checkpoint/`` (a thread's log and indexes: append, reads,
 compaction, deletion, replay, verify), ``store/`` (the Store's log and indexes), ``projector/``
 (the cross-thread projections) and ``tailing/`` (consumer groups). A file's name is unique
 across the folders, so an entry names its parts by file name alone.
@@ -19,15 +19,14 @@ from typing import Any
 __all__ = ["READ_ONLY", "SOURCES", "source"]
 
 # Scripts that only read: a read-only ACL user (``%R~`` keys, acl.py) may run them only as
-# EVALSHA_RO, since EVALSHA declares its keys read-write (see checkpoint.base.script_command).
+# EVALSHA_RO, since EVALSHA declares its keys read-write (see transport.core.Scripts.verb).
 READ_ONLY = frozenset(
     {"get", "list", "thread_row", "threads_page", "candidates", "lag", "slot_threads"}
 )
 
-# Redis runs a script's whole chunk on every call, defining each function again: every entry
-# takes only the files it calls. The last file is the entry's body. shared/slice.lua comes first
-# where
-# it is used: its clock then counts those definitions (tens of microseconds) in the slice.
+# Redis runs a script's whole chunk on every call, defining each function again: every entry takes
+# only the files it calls. The last file is the entry's body. shared/slice.lua comes first where it
+# is used: its clock then counts those definitions (tens of microseconds) in the slice.
 _WRITE = ("common.lua", "projection.lua")
 _READ = ("common.lua", "read.lua")
 _COMPACT = (*_WRITE, "read.lua", "delta.lua", "compact.lua")
@@ -111,10 +110,7 @@ def source(name: str) -> str:
     return text
 
 
-_read = source
-
-
 SOURCES: dict[str, str] = {
-    name: "\n".join(_read(part) for part in dict.fromkeys(parts))
+    name: "\n".join(source(part) for part in dict.fromkeys(parts))
     for name, parts in _ENTRIES.items()
 }

@@ -296,8 +296,8 @@ class _Plan:
                 args = ("search", joined(op.namespace_prefix), op.offset + op.limit)
                 self.evals += core._every_bucket(args)
             elif isinstance(op, ListNamespacesOp):
-                # every namespace, in slices (store/scan.py): a store of a namespace per user
-                # has thousands a bucket
+                # every namespace, in slices (store/scan.py): a store of a namespace per user has
+                # thousands a bucket
                 self.scanned[i] = ("names", False)
                 continue
             else:

@@ -276,8 +276,8 @@ def durable_rounds(
             asked = (reply.host, int(reply.port))
         elif cluster and not isinstance(reply, Exception) and is_demoted(ack):
             # the node turned replica while WAIT waited (a failover): the write may be on the
-            # promoted replica, but nothing acknowledged it; sent again where the slot is now,
-            # it is (writes are idempotent)
+            # promoted replica, but nothing acknowledged it; sent again where the slot is now, it is
+            # (writes are idempotent)
             yield Pause(moves.wait(ack, key))
             yield Relearn(None)
         else:

@@ -7,10 +7,10 @@
 -- ARGV[4]: 'fence' to refuse a loop/input checkpoint whose parent is not the latest, or ''
 -- ARGV[5]: the thread's time to live in ms, restarted by this write (0: none)
 -- ARGV[6]: keep_last: checkpoints kept per namespace (0: all). A checkpoint that would make its
---          namespace hold more than twice as many compacts the thread first (checkpoint/compact.lua),
---          so the cost of a compaction is spread over keep_last puts. Only the
---          append_compacting entry, which includes checkpoint/compact.lua, is sent a keep_last
---          (streamsaver/lua.py)
+--          namespace hold more than twice as many compacts the thread first
+--          (checkpoint/compact.lua), so the cost of a compaction is spread over keep_last puts.
+--          Only the append_compacting entry, which includes checkpoint/compact.lua, is sent a
+--          keep_last (streamsaver/lua/__init__.py)
 -- ARGV[7..]: the event's fields, flat [field, value, ...]
 -- Returns the new event id, {new event id, entries trimmed} when it compacted, {new event id,
 -- -1} when a compaction is due but the log is too long for this call, or 'stale'
@@ -31,8 +31,8 @@ if not checked then
   return redis.error_reply('STREAMSAVER_MALFORMED ' .. tostring(f.k) .. ' event of thread ' ..
     tostring(f.thread) .. ' refused, nothing written: ' .. why)
 end
--- Deleted history never comes back (checkpoint/projection.lua): the checkpoint this event continues (a
--- put's parent, the one writes belong to) must be neither one delete_for_runs removed ('x')
+-- Deleted history never comes back (checkpoint/projection.lua): the checkpoint this event continues
+-- (a put's parent, the one writes belong to) must be neither one delete_for_runs removed ('x')
 -- nor one of a deleted history: up to 'g' and not in the thread's current history. A put
 -- without parent starts a new history, unless it is a subgraph's first checkpoint whose
 -- parent namespaces' checkpoints (metadata 'parents') are deleted.
@@ -42,7 +42,8 @@ local named = f.k == 'writes' and f.id or (f.k == 'checkpoint' and f.parent ~= '
 -- 'h', the chain's head (shared/common.lua's chain_head()), in the same command: one call fewer
 local marks = redis.call('HMGET', KEYS[3], 'g', 'd', 'x' .. p .. (named or ''), 'h')
 heads[KEYS[1]] = marks[4] or nil
--- the ptr fields read here, that the projection need not read again (checkpoint/projection.lua's apply())
+-- the ptr fields read here, that the projection need not read again (checkpoint/projection.lua's
+-- apply())
 local known = {d = marks[2]}
 local function live(ns, id)
   return redis.call('ZSCORE', KEYS[2], 'c' .. lp(ns) .. id)

@@ -22,8 +22,8 @@
 -- (docs/audit.md).
 -- Needs shared/common.lua, checkpoint/projection.lua and checkpoint/read.lua.
 
--- The longest log a put compacts in its own script (checkpoint/append.lua); a longer one is compacted in
--- slices (checkpoint/compact_slice.lua).
+-- The longest log a put compacts in its own script (checkpoint/append.lua); a longer one is
+-- compacted in slices (checkpoint/compact_slice.lua).
 local LONG_LOG = 2000
 
 -- Stream ids "<ms>-<seq>" in log order.
@@ -198,9 +198,9 @@ local function early_writes(log, ix, ptr, kept, latest, new, cache, out)
 end
 
 -- A put compacts when its namespace holds 2 x keep checkpoints, so a compaction, costing what
--- it keeps, comes once per keep puts. Ancestors kept for DeltaChannels (checkpoint/delta.lua) can outnumber
--- keep, and the namespace would then compact on every put. While a compaction would drop fewer
--- checkpoints than it keeps, the put's events are appended as they are instead, so the cost
+-- it keeps, comes once per keep puts. Ancestors kept for DeltaChannels (checkpoint/delta.lua) can
+-- outnumber keep, and the namespace would then compact on every put. While a compaction would drop
+-- fewer checkpoints than it keeps, the put's events are appended as they are instead, so the cost
 -- stays spread over as many puts as a compaction copies. Returns their ids, or nil to compact.
 local function deferred(log, ix, ptr, feed, maxlen, kept, extra)
   local live = redis.call('ZLEXCOUNT', ix, '[c', '[c\255')

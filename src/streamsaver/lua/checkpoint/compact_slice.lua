@@ -1,19 +1,20 @@
--- One slice of a compaction (checkpoint/compact.lua's work cut into calls of a few ms each), so a long
--- log never holds the server, which runs one script at a time, for seconds.
+-- One slice of a compaction (checkpoint/compact.lua's work cut into calls of a few ms each), so a
+-- long log never holds the server, which runs one script at a time, for seconds.
 -- The slices build the compacted log beside the live one: a new stream, with its own indexes,
--- filled with what checkpoint/compact.lua would append (the 'pruned' tombstone, the records, the kept
--- checkpoints each with its pending writes, the early writes) while writers go on appending
+-- filled with what checkpoint/compact.lua would append (the 'pruned' tombstone, the records, the
+-- kept checkpoints each with its pending writes, the early writes) while writers go on appending
 -- to the live log. The slice that has copied every event appended since (the tail) swaps the
 -- new keys in within the same call, and the old ones are UNLINKed (freed in the background):
 -- no reader, tailer or audit ever sees a half-compacted log, and no write is lost. Then its
--- events are announced in the slot's feed, a page per unit of work (as checkpoint/compact.lua announces
--- its copies; events appended after the swap have announced themselves, so in the feed a copy
--- may come after them).
--- What it gives is what checkpoint/compact.lua run when the first slice ran gives, followed by the events
--- appended since, each copied after the kept ones (checkpoints made self-contained, as
+-- events are announced in the slot's feed, a page per unit of work (as checkpoint/compact.lua
+-- announces its copies; events appended after the swap have announced themselves, so in the feed a
+-- copy may come after them).
+-- What it gives is what checkpoint/compact.lua run when the first slice ran gives, followed by the
+-- events appended since, each copied after the kept ones (checkpoints made self-contained, as
 -- checkpoint_copy() makes the kept ones). A log rewritten under the slices (another compaction,
 -- a deletion, delete_for_runs' record) or state gone starts the compaction again.
--- Needs shared/common.lua, checkpoint/projection.lua, checkpoint/read.lua, checkpoint/delta.lua and checkpoint/compact.lua.
+-- Needs shared/common.lua, checkpoint/projection.lua, checkpoint/read.lua, checkpoint/delta.lua and
+-- checkpoint/compact.lua.
 -- KEYS: log ix ptr feed, then new-log new-ix new-ptr state plan (core.keys.compact_keys; one slot)
 -- ARGV[1]: the feed's MAXLEN   ARGV[2]: 'chain' or '' (shared/common.lua)
 -- ARGV[3]: checkpoints kept per namespace (0: every live one)   ARGV[4]: the compaction's token
@@ -21,10 +22,10 @@
 -- ARGV[6]: most units of work in this call
 -- ARGV[7]: ms after which it stops
 -- delete_for_runs (ARGV[3] 0) adds ARGV[8]: the log's last id when its DeltaChannel check
--- (checkpoint/delete_runs.lua's 'check' slices) began, ARGV[9]: the thread id, ARGV[10..]: the runs.
--- The runs' checkpoints and their writes are not copied, and after the kept ones come
--- 'delete' records naming them (a page each), as checkpoint/delete_runs.lua's one script appends one:
--- they are gone for readers when the new log is swapped in, not before, and a writer still
+-- (checkpoint/delete_runs.lua's 'check' slices) began, ARGV[9]: the thread id, ARGV[10..]: the
+-- runs. The runs' checkpoints and their writes are not copied, and after the kept ones come
+-- 'delete' records naming them (a page each), as checkpoint/delete_runs.lua's one script appends
+-- one: they are gone for readers when the new log is swapped in, not before, and a writer still
 -- continuing one of them in the meantime is refused from then on. A kept checkpoint put since
 -- the check began whose DeltaChannels read a dropped one's writes is refused: the scratch
 -- keys are dropped and nothing was written (checkpoint/delete_runs.lua's refusal).
@@ -135,7 +136,8 @@ local function emit_all(events)
 end
 
 -- delete_for_runs: the checkpoints named by plan members m ('3' or '4', the run's number,
--- lp(ns), id) leave in one 'delete' record, as checkpoint/delete_runs.lua's names them (by run, then ns)
+-- lp(ns), id) leave in one 'delete' record, as checkpoint/delete_runs.lua's names them (by run,
+-- then ns)
 local function emit_deleted(members)
   if #members == 0 then
     return
@@ -308,8 +310,8 @@ local function step()
     end
     cache = {}
   elseif s.phase == 'early' then
-    -- writes that came before their checkpoint (checkpoint/compact.lua's early_writes()): newer than the
-    -- newest checkpoint of their namespace, looked up once a call per namespace, so the
+    -- writes that came before their checkpoint (checkpoint/compact.lua's early_writes()): newer
+    -- than the newest checkpoint of their namespace, looked up once a call per namespace, so the
     -- others (nearly all of a long thread's) cost no command
     -- a page is one unit (a cursor cannot resume inside it), a fraction of a slice
     local r = redis.call('HSCAN', ptr, s.pc, 'MATCH', 'w*', 'COUNT', 50)
@@ -373,8 +375,8 @@ local function step()
       return swap()
     end
   elseif s.phase == 'announce' then
-    -- every event in the log is announced in its slot's feed, copies too (as checkpoint/compact.lua's
-    -- are); events appended since the swap announced themselves
+    -- every event in the log is announced in its slot's feed, copies too (as
+    -- checkpoint/compact.lua's are); events appended since the swap announced themselves
     local batch = redis.call('XRANGE', log, s.pc == '' and '-' or '(' .. s.pc, s.base,
                              'COUNT', 20)
     for _, e in ipairs(batch) do

@@ -1,6 +1,6 @@
 -- delete_for_runs on one thread: the checkpoints of the given runs, their pending writes and
--- every value part only they stored leave the log. The thread is compacted (checkpoint/compact.lua) to
--- every other checkpoint, values they read from the deleted events included, and a "delete"
+-- every value part only they stored leave the log. The thread is compacted (checkpoint/compact.lua)
+-- to every other checkpoint, values they read from the deleted events included, and a "delete"
 -- event naming what was deleted (no payloads) is appended last: the log records that, and when,
 -- it happened. Appends nothing when the thread has none of the runs' checkpoints.
 -- KEYS: log ix ptr feed   ARGV[1]: the feed's MAXLEN   ARGV[2]: 'chain' or '' (shared/common.lua)
@@ -21,8 +21,8 @@ for i = 7, #ARGV do
 end
 
 -- A surviving checkpoint's DeltaChannels rebuild from its ancestors' writes back to their seed
--- (checkpoint/delta.lua): dropping such an ancestor would silently empty them. Refused before anything is
--- written, naming the first (run_dependency()).
+-- (checkpoint/delta.lua): dropping such an ancestor would silently empty them. Refused before
+-- anything is written, naming the first (run_dependency()).
 local cache, memo = {}, {}
 local function refusal(m)
   return run_dependency(KEYS[1], KEYS[3], m, named, cache, memo)
@@ -42,7 +42,8 @@ if mode == 'check' then
   local from = ARGV[5] == '' and '[c\255' or '(' .. ARGV[5]
   units_begin()
   while true do
-    -- newest first, so older ones' walks stop where a newer one's went (checkpoint/delta.lua's memo)
+    -- newest first, so older ones' walks stop where a newer one's went (checkpoint/delta.lua's
+    -- memo)
     local page = redis.call('ZREVRANGEBYLEX', KEYS[2], from, '[c', 'LIMIT', 0, 20)
     for _, m in ipairs(page) do
       local refused = refusal(m)

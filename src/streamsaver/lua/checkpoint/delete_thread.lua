@@ -1,8 +1,8 @@
 -- delete_thread (and prune with strategy "delete"): drop the thread's log and indexes, record
 -- the deletion in the audit stream of the slot, and start the log again with one
--- 'thread_deleted' event (checkpoint/projection.lua), which keeps every worker still holding the deleted
--- history from continuing it (checkpoint/append.lua), even once the id is used again. The keys of a
--- thread deleted and not used again expire after ARGV[4] ms.
+-- 'thread_deleted' event (checkpoint/projection.lua), which keeps every worker still holding the
+-- deleted history from continuing it (checkpoint/append.lua), even once the id is used again. The
+-- keys of a thread deleted and not used again expire after ARGV[4] ms.
 -- The audit record (docs/audit.md) keeps what the deleted log was, none of its payloads: its
 -- event count, last entry id and that entry's chain digest, so an export made before can be
 -- matched against it. streamsaver never trims the audit stream. The thread_deleted event

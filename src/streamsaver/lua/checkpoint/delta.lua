@@ -4,8 +4,9 @@
 -- get_delta_channel_history defines the walk: from the target's parent up the parent chain,
 -- each ancestor contributes its pending writes to the channels still walking, and a channel
 -- stops at the first ancestor whose channel_values holds it (that ancestor's writes included).
--- The same walk serves reads (checkpoint/delta_history.lua) and retention (checkpoint/compact.lua keeps, and
--- checkpoint/delete_runs.lua refuses to drop, what a kept checkpoint's walk still needs).
+-- The same walk serves reads (checkpoint/delta_history.lua) and retention (checkpoint/compact.lua
+-- keeps, and checkpoint/delete_runs.lua refuses to drop, what a kept checkpoint's walk still
+-- needs).
 -- Needs shared/common.lua and checkpoint/read.lua.
 
 -- A value stored as ormsgpack.packb(("empty", b"")) is a channel in channel_versions without a
@@ -131,8 +132,8 @@ local function delta_ancestors(log, ptr, f, cache, into, memo)
   end, memo)
 end
 
--- Compaction (checkpoint/compact.lua) keeps `members`, and appends the checkpoints among `extra`: a kept
--- checkpoint that is not a DeltaChannel seed still reads its ancestors' writes, so those
+-- Compaction (checkpoint/compact.lua) keeps `members`, and appends the checkpoints among `extra`: a
+-- kept checkpoint that is not a DeltaChannel seed still reads its ancestors' writes, so those
 -- ancestors (and their pending writes) are kept too, back to each channel's seed. This is the
 -- first of the remedies BaseCheckpointSaver.prune documents; the others need the channels'
 -- reducers, which only LangGraph has. Returns members with the ancestors added.
@@ -163,10 +164,10 @@ local function with_delta_ancestors(log, ptr, members, extra, cache)
   return members
 end
 
--- delete_for_runs (checkpoint/delete_runs.lua, checkpoint/compact_slice.lua) drops the checkpoints of the runs in
--- `named` (a set): refused when checkpoint `m` (an ix member), of another run, rebuilds its
--- DeltaChannels from one of them. Returns nil, or {'delta', ns, m's id, its run, the dropped
--- ancestor's id, its run}. memo: shared by the calls of one check (delta_walk()).
+-- delete_for_runs (checkpoint/delete_runs.lua, checkpoint/compact_slice.lua) drops the checkpoints
+-- of the runs in `named` (a set): refused when checkpoint `m` (an ix member), of another run,
+-- rebuilds its DeltaChannels from one of them. Returns nil, or {'delta', ns, m's id, its run, the
+-- dropped ancestor's id, its run}. memo: shared by the calls of one check (delta_walk()).
 local function run_dependency(log, ptr, m, named, cache, memo)
   local _, f = checkpoint_event(log, ptr, m, cache)
   if not f or named[f.run or ''] then

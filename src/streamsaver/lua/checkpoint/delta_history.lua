@@ -1,5 +1,5 @@
--- get_delta_channel_history in one round trip (checkpoint/delta.lua's walk), or false when the target
--- checkpoint is not stored.
+-- get_delta_channel_history in one round trip (checkpoint/delta.lua's walk), or false when the
+-- target checkpoint is not stored.
 -- KEYS: log ix ptr   ARGV[1]: lp(ns)   ARGV[2]: checkpoint id, or '' for the latest of ns
 -- ARGV[3..]: the channels
 -- Returns the visited ancestors, nearest first, each {writes, seeds}:

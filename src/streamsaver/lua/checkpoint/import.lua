@@ -5,11 +5,12 @@
 -- events may cost more than the budget, and the caller sends the rest again
 -- ARGV[5..]: per event, its field count, then its fields (without the source's ch and dg: the
 -- copies are chained anew in the target)
--- Returns the number of events appended, the first ones of the page. A checkpoint whose append part extends a version the
--- target does not hold (the source's log is damaged: its own rebuild skips the event) is an
--- error naming the source's event, raised before that event is appended: a copy is refused,
--- as a write would be, rather than carried over unprojected.
--- a copy into a deleted thread's id is a thread of its own (checkpoint/projection.lua's reuse_deleted())
+-- Returns the number of events appended, the first ones of the page. A checkpoint whose append part
+-- extends a version the target does not hold (the source's log is damaged: its own rebuild skips
+-- the event) is an error naming the source's event, raised before that event is appended: a copy is
+-- refused, as a write would be, rather than carried over unprojected.
+-- a copy into a deleted thread's id is a thread of its own (checkpoint/projection.lua's
+-- reuse_deleted())
 local deleted = redis.call('HEXISTS', KEYS[3], 'd') == 1
 local i, n, budget = 5, 0, tonumber(ARGV[4])
 units_begin()

@@ -1,7 +1,8 @@
 -- The projection: how one event changes a thread's indexes. This is the only definition of it:
--- checkpoint/append.lua calls apply() right after its XADD, and checkpoint/replay.lua, checkpoint/import.lua and checkpoint/compact.lua call
--- it for stored entries, so incremental indexes and rebuilt ones cannot drift apart.
--- Nothing here may fail once the event is appended: Redis does not roll a script back.
+-- checkpoint/append.lua calls apply() right after its XADD, and checkpoint/replay.lua,
+-- checkpoint/import.lua and checkpoint/compact.lua call it for stored entries, so incremental
+-- indexes and rebuilt ones cannot drift apart. Nothing here may fail once the event is appended:
+-- Redis does not roll a script back.
 
 -- Where apply() writes. The writer writes straight to Redis. A replay starts from emptied keys
 -- that nothing else can touch until its script ends, so it keeps them in Lua tables and writes
@@ -24,9 +25,9 @@ local direct = {
 }
 local sink = direct
 
--- layered: the keys already hold what earlier slices of a sliced replay (checkpoint/replay_slice.lua)
--- wrote, so a read the buffer cannot answer falls through to Redis, and a removal is kept
--- (as false) to be written out too.
+-- layered: the keys already hold what earlier slices of a sliced replay
+-- (checkpoint/replay_slice.lua) wrote, so a read the buffer cannot answer falls through to Redis,
+-- and a removal is kept (as false) to be written out too.
 local function buffered(layered)
   local data = {}
   local function of(key)
@@ -142,9 +143,9 @@ end
 -- (in ptr, or among the event's own values, as a compaction's copy carries the chain it needs)
 -- and the write a shared part names. Otherwise a read would build the value from parts that
 -- are not there: the event is skipped whole, named, like any malformed one. The writer checked
--- the same before its XADD (checkpoint/append.lua), so it never appends an event this refuses. cache:
--- entries read so far (shared/common.lua's entry_fields()), shared with the caller's own checks.
--- known: the base pointers the caller read already ({field = value}), not read again.
+-- the same before its XADD (checkpoint/append.lua), so it never appends an event this refuses.
+-- cache: entries read so far (shared/common.lua's entry_fields()), shared with the caller's own
+-- checks. known: the base pointers the caller read already ({field = value}), not read again.
 local function value_refs(log, ptr, f, nv, cache, known)
   local p, own = lp(f.ns), {}
   cache, known = cache or {}, known or {}
@@ -422,7 +423,8 @@ local function apply_delete(log, ix, ptr, id, f, items)
     sink.hdel(ptr, member)
     drop_pending(ptr, p, items[i + 1])
     -- a worker that still holds it must not continue it (checkpoint/append.lua). Set last: freeing
-    -- first lets checkpoint/delete_runs.lua run on a server out of memory (checkpoint/delete_thread.lua)
+    -- first lets checkpoint/delete_runs.lua run on a server out of memory
+    -- (checkpoint/delete_thread.lua)
     sink.hset(ptr, 'x' .. p .. items[i + 1], id)
   end
   local greatest = greatest_id(items, sink.hget(ptr, 'm') or '')
@@ -435,8 +437,8 @@ end
 -- 'thread_deleted' (checkpoint/delete_thread.lua) starts the log of a deleted thread: the thread is
 -- deleted until a checkpoint or writes use its id again ('d', its id, cleared by their apply),
 -- and no event may continue a checkpoint up to 'upto', the greatest checkpoint id its deleted
--- histories held ('g', kept across reuses; checkpoint/append.lua). Checkpoint ids are uuid6 (they sort by
--- time), so what a new history writes sorts after it.
+-- histories held ('g', kept across reuses; checkpoint/append.lua). Checkpoint ids are uuid6 (they
+-- sort by time), so what a new history writes sorts after it.
 local function check_thread_deleted(f)
   if type(f.upto) ~= 'string' then
     return nil, 'no upto'
@@ -452,8 +454,8 @@ local function apply_thread_deleted(log, ix, ptr, id, f)
   sink.hset(ptr, 'd', id)
 end
 
--- A deleted thread's keys expire (checkpoint/delete_thread.lua) unless its id is used again: the write
--- that reuses it (whose apply cleared 'd') starts a thread that must not expire with that
+-- A deleted thread's keys expire (checkpoint/delete_thread.lua) unless its id is used again: the
+-- write that reuses it (whose apply cleared 'd') starts a thread that must not expire with that
 -- record (expire_thread() then gives it the writer's time to live, if any).
 local function reuse_deleted(log, ix, ptr)
   redis.call('PERSIST', log)
@@ -461,7 +463,8 @@ local function reuse_deleted(log, ix, ptr)
   redis.call('PERSIST', ptr)
 end
 
--- 'pruned' (checkpoint/compact.lua) records what a prune trimmed, for the audit trail: nothing to project
+-- 'pruned' (checkpoint/compact.lua) records what a prune trimmed, for the audit trail: nothing to
+-- project
 local function check_pruned(f)
   return true
 end
@@ -540,8 +543,8 @@ local function apply(log, ix, ptr, id, f, cache, checked, known)
   end
   checked[1](log, ix, ptr, id, f, checked[2], known or {})
   if f.k ~= 'checkpoint' and f.k ~= 'writes' and f.k ~= 'pruned' then
-    -- a record: compactions find it here and keep it (checkpoint/compact.lua). A 'pruned' tombstone is
-    -- not one: the next compaction's tombstone covers it, or keep_last's regular compactions
+    -- a record: compactions find it here and keep it (checkpoint/compact.lua). A 'pruned' tombstone
+    -- is not one: the next compaction's tombstone covers it, or keep_last's regular compactions
     -- would copy every earlier tombstone again each time
     redis.call('ZADD', ix, 0, 'e' .. id)
   end

@@ -156,8 +156,9 @@ end
 
 -- Whether a thread without ix had a checkpoint: a ptr field naming one (HSCAN: without ix nothing
 -- lists them), or else a checkpoint event in the log (newest first, where they are found at
--- once; only a thread that never had one, e.g. one with writes only, is read to its start). A checkpoint always leaves an ix member, and deleting it leaves a record
--- there, so either means ix was lost. Runs only on the not-found path of such a thread.
+-- once; only a thread that never had one, e.g. one with writes only, is read to its start). A
+-- checkpoint always leaves an ix member, and deleting it leaves a record there, so either means ix
+-- was lost. Runs only on the not-found path of such a thread.
 local function had_checkpoint(log, ptr, has_ptr)
   local cursor = has_ptr and '0' or nil
   while cursor do

@@ -1,6 +1,7 @@
 -- The references the events of a thread's log make, checked one event at a time, for
--- checkpoint/verify.lua (one script) and checkpoint/verify_slice.lua (in slices), against `ptr`, the pointers a
--- replay of that very log projected (so what live indexes hold does not matter here):
+-- checkpoint/verify.lua (one script) and checkpoint/verify_slice.lua (in slices), against `ptr`,
+-- the pointers a replay of that very log projected (so what live indexes hold does not matter
+-- here):
 --   a checkpoint's channel versions (cv) each resolve to a stored value: a pointer to an
 --     existing field, down every append part's base to a whole value, every shared part naming
 --     a writes event's field; its own value parts likewise;
@@ -110,8 +111,9 @@ local function behind_writes(k)
 end
 
 -- Whether the live indexes may lack field k of the replay's ptr: besides the fields behind
--- the writes, 'm' (checkpoint/projection.lua's apply_delete), which indexes projected before it existed
--- lack; checkpoint/delete_thread.lua then reads the records instead, so its absence costs time, not truth.
+-- the writes, 'm' (checkpoint/projection.lua's apply_delete), which indexes projected before it
+-- existed lack; checkpoint/delete_thread.lua then reads the records instead, so its absence costs
+-- time, not truth.
 local function may_lack(k)
   return behind_writes(k) or k == 'm'
 end

@@ -1,5 +1,5 @@
--- One slice of a thread's rebuild: checkpoint/replay.lua's work cut into calls of a few ms each, so a
--- long log never holds the server (which runs one script at a time) for seconds.
+-- One slice of a thread's rebuild: checkpoint/replay.lua's work cut into calls of a few ms each, so
+-- a long log never holds the server (which runs one script at a time) for seconds.
 -- The slices replay the log into scratch keys, in order; writers meanwhile project onto the
 -- live keys as always. The slice that reaches the log's end swaps the scratch keys in within
 -- the same call: nothing can be appended between its last XRANGE and the swap, so no write

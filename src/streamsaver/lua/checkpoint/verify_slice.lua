@@ -1,5 +1,5 @@
--- One slice of verify (checkpoint/verify.lua's work cut into calls of a few ms each), so checking a long
--- log never holds the server for seconds. In order, each phase going on from a cursor:
+-- One slice of verify (checkpoint/verify.lua's work cut into calls of a few ms each), so checking a
+-- long log never holds the server for seconds. In order, each phase going on from a cursor:
 --   replay  the log into scratch keys, as checkpoint/replay_slice.lua does; every later slice first
 --           replays what writers appended since, so the scratch keys follow the live ones;
 --   refs    every reference each event makes (checkpoint/refs.lua), against the replayed pointers; what
@@ -14,8 +14,8 @@
 -- ARGV[3]: 'start' for its first slice, else ''   ARGV[4]: most units of work in this call
 -- ARGV[5]: ms after which it stops
 -- Returns {'more' or 'done', 1 if it (re)started from the beginning else 0, events applied,
--- events skipped, line, ...}: the lines checkpoint/verify.lua gives, of this slice (a page of HSCAN may
--- name a field twice: the caller keeps each line once).
+-- events skipped, line, ...}: the lines checkpoint/verify.lua gives, of this slice (a page of HSCAN
+-- may name a field twice: the caller keeps each line once).
 local log, ix, ptr, sx, sp, st, pend, seen = unpack(KEYS)
 local most, budget = tonumber(ARGV[4]), tonumber(ARGV[5])
 

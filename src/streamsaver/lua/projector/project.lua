@@ -16,8 +16,8 @@
 local feed, state = KEYS[1], KEYS[2]
 local prefix, count, stop, group = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local budget = tonumber(ARGV[5])
--- a seed of the slot in progress (projector/seed.lua) will set the cursor when it swaps its keys in:
--- what this call applied would be applied again after it
+-- a seed of the slot in progress (projector/seed.lua) will set the cursor when it swaps its keys
+-- in: what this call applied would be applied again after it
 if redis.call('EXISTS', slot_sibling(feed, 'seed')) == 1 then
   return {'seeding'}
 end

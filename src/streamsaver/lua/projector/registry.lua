@@ -1,5 +1,6 @@
--- The projector's cross-thread projections, kept per Redis Cluster slot (streamsaver/checkpoint/projections.py).
--- Every projector script is one slot: its KEYS are that slot's
+-- The projector's cross-thread projections, kept per Redis Cluster slot
+-- (streamsaver/checkpoint/projections.py). Every projector script is one slot: its KEYS are that
+-- slot's
 --   KEYS[1] feed      the slot's feed (shared/common.lua's notify())
 --   KEYS[2] state     hash: cursor (the last feed entry applied), applied (a count), at (ms),
 --                     meta_form (META_FORM: how the meta members were built)
@@ -12,8 +13,8 @@
 --                     value as shared/meta.lua's indexed_form()
 -- and the scripts reach the logs of the threads the feed names, which share that slot.
 -- What a thread contributes is a function of its log and indexes only, so applying an entry
--- twice changes nothing, and a rebuild (projector/seed.lua) gives what incremental application gave.
--- runs and meta hold what any checkpoint event still in the log says (a superset of the live
+-- twice changes nothing, and a rebuild (projector/seed.lua) gives what incremental application
+-- gave. runs and meta hold what any checkpoint event still in the log says (a superset of the live
 -- checkpoints'): readers use them to pick candidate threads, then read each exactly.
 
 -- The key prefix of a thread, as streamsaver/core/keys.py builds it (RFC 3986 unreserved kept).

@@ -90,7 +90,7 @@ if string.find(ARGV[4], 'l', 1, true) and finished == #ARGV - 6 then
   return {'done', redis.call('HLEN', KEYS[3])}
 end
 save_slice(st, {token = token}, {reg, act, runs, meta})
--- while it exists projectors leave the slot (projector/project.lua): a seed abandoned half-way holds
--- them back for seconds, not the hour its scratch keys stay
+-- while it exists projectors leave the slot (projector/project.lua): a seed abandoned half-way
+-- holds them back for seconds, not the hour its scratch keys stay
 redis.call('PEXPIRE', st, 30000)
 return {'more', finished, place}

@@ -1,5 +1,5 @@
--- Helpers shared by every streamsaver script. Scripts are this file, checkpoint/projection.lua and, for
--- readers, checkpoint/read.lua, followed by one entry body (see streamsaver/lua.py).
+-- Helpers shared by every streamsaver script. Scripts are this file, checkpoint/projection.lua and,
+-- for readers, checkpoint/read.lua, followed by one entry body (see streamsaver/lua/__init__.py).
 --
 -- Every script touches the keys of ONE thread, which share a hash tag (so, one cluster slot):
 --   KEYS[1] log  stream: the thread's events, the only source of truth
@@ -152,10 +152,10 @@ end
 
 -- The pending writes of checkpoint `cid` of namespace lp `p`, in the order they first arrived:
 -- flat {task, idx, event id, pos, ...}. A few are that list, msgpack, in the 'w' field; more
--- are one ptr field each (shared/common.lua's header; checkpoint/projection.lua's apply_writes() stores them),
--- so a put_writes costs what its own writes do, not what the checkpoint holds already: one
--- list of them all, re-read and re-packed by every put_writes, made a fan-out of n tasks cost
--- O(n^2). A 'w' that is not a number is the list. `get`/`mget`:
+-- are one ptr field each (shared/common.lua's header; checkpoint/projection.lua's apply_writes()
+-- stores them), so a put_writes costs what its own writes do, not what the checkpoint holds
+-- already: one list of them all, re-read and re-packed by every put_writes, made a fan-out of n
+-- tasks cost O(n^2). A 'w' that is not a number is the list. `get`/`mget`:
 -- how ptr is read (checkpoint/projection.lua's sink during a replay), Redis itself by default.
 local function pending_writes(ptr, p, cid, get, mget)
   local raw = (get or hget)(ptr, 'w' .. p .. cid)
@@ -187,8 +187,8 @@ end
 -- Every event enters a thread's log here (append, import, delete_runs, compact), so what each
 -- entry carries besides its own fields is added in one place: the digest chain (docs/audit.md).
 -- Scripts that append take ARGV[1], the feed's MAXLEN, and ARGV[2], 'chain' to chain their
--- events or '' not to (checkpoint/append.lua's may carry the client's ch: 'chain <ch>', see below). A
--- chained event gets two more fields, added last (to `fields` too):
+-- events or '' not to (checkpoint/append.lua's may carry the client's ch: 'chain <ch>', see below).
+-- A chained event gets two more fields, added last (to `fields` too):
 --   ch  sha1 hex of its other fields in order, each name and value length-prefixed (lp)
 --   dg  sha1 hex of (the previous entry's dg, or '' when it has none) .. ch
 -- so altering an event breaks its ch, and removing or moving one breaks the next dg. The

@@ -1,7 +1,8 @@
--- Metadata as filters compare it (checkpoint/list.lua) and the projector indexes it (projector/registry.lua), read
--- from its msgpack bytes. Not through cmsgpack: it turns integers into doubles (two ids beyond
--- 2^53 become one number) and [] and {} into the same empty table. streamsaver/core/metadata.py's
--- metadata_form() is the same definition, for the values a filter holds.
+-- Metadata as filters compare it (checkpoint/list.lua) and the projector indexes it
+-- (projector/registry.lua), read from its msgpack bytes. Not through cmsgpack: it turns integers
+-- into doubles (two ids beyond 2^53 become one number) and [] and {} into the same empty table.
+-- streamsaver/core/metadata.py's metadata_form() is the same definition, for the values a filter
+-- holds.
 --
 -- A value's form is a string; two values have the same form exactly when Python's == says they
 -- are equal (what InMemorySaver compares with): 1, 1.0 and true are one number, a float that is

@@ -1,8 +1,9 @@
--- What the long operations run in slices share (checkpoint/replay_slice.lua, checkpoint/verify_slice.lua,
--- checkpoint/compact_slice.lua; checkpoint/import.lua, projector/project.lua and checkpoint/delete_runs.lua's check use the clock): a
--- clock for the slice's budget, the log's first entry (a log rewritten between slices starts
--- with another one), and the state kept for the next slice. It is the entry's first file
--- (lua.py), so the clock starts before the other files' definitions run.
+-- What the long operations run in slices share (checkpoint/replay_slice.lua,
+-- checkpoint/verify_slice.lua, checkpoint/compact_slice.lua; checkpoint/import.lua,
+-- projector/project.lua and checkpoint/delete_runs.lua's check use the clock): a clock for the
+-- slice's budget, the log's first entry (a log rewritten between slices starts with another one),
+-- and the state kept for the next slice. It is the entry's first file (lua/__init__.py), so the
+-- clock starts before the other files' definitions run.
 
 -- The clock: Valkey (8+) answers a script's TIME with the time the script started, every
 -- call, so no budget would ever be spent there and each slice ran to its end; it has

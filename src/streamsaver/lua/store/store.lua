@@ -1,6 +1,6 @@
 -- The Store's projection: how a memory event changes a bucket's indexes. The writer
--- (store/store_write.lua) calls store_apply() right after append_event(); store/store_slice.lua's rebuild
--- and verify call it for every stored event. This is its only definition.
+-- (store/store_write.lua) calls store_apply() right after append_event(); store/store_slice.lua's
+-- rebuild and verify call it for every stored event. This is its only definition.
 --
 -- Every Store script touches the keys of ONE bucket, which share a hash tag (one cluster slot;
 -- streamsaver/core/keys.py):

@@ -3,8 +3,9 @@
 -- ARGV[1]: 0, where shared/common.lua's convention puts the feed's MAXLEN: memory events are not
 --          announced on the feeds yet (docs/store.md)
 -- ARGV[3..]: per operation 10 values: kind ('mput' | 'mdel'), ns, key, vt, v, ttl (ms or ''),
--- thread, run, node ('' when unknown), vec (the value's embeddings, float32 LE, '' none). A delete of an item that does not exist changes
--- nothing and appends nothing. Returns the number of events appended.
+-- thread, run, node ('' when unknown), vec (the value's embeddings, float32 LE, '' none). A delete
+-- of an item that does not exist changes nothing and appends nothing. Returns the number of events
+-- appended.
 local keys = { KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8] }
 local last = tonumber(redis.call('HGET', KEYS[3], 't') or '0')
 local now = now_us()
