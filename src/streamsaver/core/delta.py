@@ -10,10 +10,12 @@ With ``reuse_items`` (opt-in, README "Reusing list items") a Known also keeps th
 body encodes: a new value that starts with those very objects is encoded from the held body
 plus the new items' encoding, and a read that extends it decodes only the new items. The bytes
 are the same; what changes is that object identity stands for "unchanged". Beside the objects
-it keeps their attributes (``shallow_state``), so an attribute assigned since (``m.id = ...``,
-what ``add_messages`` does to id-less messages; ``m.content = ...``) makes the value encoded
-and decoded whole again; a change inside an attribute's own value (``m.tool_calls.append``)
-is not seen, which is why the option stays opt-in.
+it keeps what can be assigned on each (``shallow_state``: attributes and slots, a mapping's
+keys and values, a list's elements), so an assignment since (``m.id = ...``, what
+``add_messages`` does to id-less messages; ``m.content = ...``; ``d["k"] = v`` on an
+``OrderedDict`` item) makes the value encoded and decoded whole again; a change inside an
+attribute's own value (``m.tool_calls.append``) is not seen, which is why the option stays
+opt-in.
 
 A new full value (a snapshot) is stored once the tails since the last snapshot outweigh it
 SNAPSHOT_SPACING times, so snapshots are spaced geometrically (each about 1 + SNAPSHOT_SPACING
@@ -32,8 +34,16 @@ from __future__ import annotations
 import operator
 import struct
 import threading
+from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import date, time, timedelta
+from decimal import Decimal
+from enum import Enum
+from fractions import Fraction
+from pathlib import PurePath
 from typing import Any
+from uuid import UUID
 
 from cachetools import LRUCache
 
@@ -83,25 +93,74 @@ def split_array(data: bytes) -> tuple[int, int] | None:
 
 
 def shallow_state(items: list[Any]) -> list[Any]:
-    """Each item, then its attribute values (a dict's keys and values): compared item by item
-    with ``is``, it tells whether anything was assigned to a held item since. An attribute
-    added or removed changes the length; a dict's keys are kept, an object's are its class's."""
+    """Each item, then what can be assigned on it in place: a mapping's keys and values (any
+    mapping: ``OrderedDict`` and ``defaultdict`` too), a sequence's or set's elements, an
+    object's attributes (``__dict__`` and every ``__slots__`` of its classes, pydantic's extras
+    and private attributes), closed by a marker. Compared item by item with ``is``, it tells
+    whether anything was assigned on a held item since; an element added or removed changes
+    the length. An item of a mutable type none of these describe (a ``bytearray``, an array)
+    gets a marker never equal to another, so its list is encoded whole every time: re-encoding
+    is slower, storing stale bytes is wrong."""
     state: list[Any] = []
     for item in items:
         state.append(item)
-        if type(item) is dict:
-            state += item
-            state += item.values()
-            continue
-        fields = getattr(item, "__dict__", None)
-        if fields is not None:
-            state += fields.values()
-        # pydantic keeps attributes its model does not declare (extra="allow") apart
-        extra = getattr(item, "__pydantic_extra__", None)
-        if extra:
-            state += extra
-            state += extra.values()
+        _assignable(item, state)
+        state.append(_END)
     return state
+
+
+# closes an item's state, so a value moved from one item into the next is seen as moved
+_END = object()
+# what cannot change in place: held by identity, nothing to look into
+_ATOMS = (str, bytes, int, float, complex, bool, type(None), Enum, date, time, timedelta, UUID,
+          Decimal, Fraction, range, PurePath, frozenset)  # fmt: skip
+# slots that hold no value of their own: the attribute dict (looked into as such), weak
+# references, and which fields a pydantic model had set (changed only with a field's value,
+# which its __dict__ shows)
+_NOT_STATE = frozenset({"__dict__", "__weakref__", "__pydantic_fields_set__"})
+
+
+def _assignable(item: Any, state: list[Any]) -> None:
+    """Append to ``state`` what can be assigned on ``item`` itself (see shallow_state)."""
+    plan = _PLANS.get(type(item))
+    if plan is None:
+        if len(_PLANS) > 4096:  # classes made on the fly must not grow it without bound
+            _PLANS.clear()
+        plan = _PLANS[type(item)] = _plan(type(item))
+    mapping, elements, slots, opaque = plan
+    if mapping:
+        state += item
+        state += item.values()
+    elif elements:
+        state += item
+    fields = getattr(item, "__dict__", None)
+    if fields is not None:
+        # values only: an object's attribute names are its class's (one added or removed
+        # changes the length)
+        state += fields.values()
+    elif opaque:
+        state.append(object())
+    for name in slots:
+        state.append(getattr(item, name, _END))
+
+
+# per type: (a mapping, a collection of elements, its classes' value slots, nothing to look
+# into unless it has a __dict__); types are few (messages, dicts), so the plans stay few
+_Plan = tuple[bool, bool, tuple[str, ...], bool]
+_PLANS: dict[type, _Plan] = {}
+
+
+def _plan(cls: type) -> _Plan:
+    if issubclass(cls, _ATOMS):
+        return False, False, (), False
+    mapping = issubclass(cls, Mapping)
+    elements = not mapping and issubclass(cls, (list, tuple, deque, set))
+    slots: list[str] = []
+    for klass in cls.__mro__:
+        declared = klass.__dict__.get("__slots__", ())
+        names = (declared,) if isinstance(declared, str) else tuple(declared)
+        slots += (n for n in names if n not in _NOT_STATE)
+    return mapping, elements, tuple(slots), not (mapping or elements or slots)
 
 
 def array_header(count: int) -> bytes:
