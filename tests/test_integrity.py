@@ -54,9 +54,12 @@ def test_put_refuses_a_version_neither_new_nor_stored_and_writes_nothing(
 ) -> None:
     first = _put(sync_saver, _config("t"), {"a": 1, "b": "x"}, {"a": 1, "b": 1}, {"a": 1, "b": 1})
     log = thread_keys(sync_saver.prefix, "t").log
-    # b at version 7 was never stored: the writer believes in a history the thread lacks
+    # b at version 7 was never stored and the checkpoint the writer continues is not in the
+    # thread: the writer believes in a history the thread lacks. (Under a live parent, a
+    # channel version the thread lacks is one LangGraph renamed: tests/test_langgraph_migration.py)
+    lost = _config("t", generate_checkpoint()["id"])
     with pytest.raises(DanglingVersionError) as err:
-        _put(sync_saver, first, {"a": 2, "b": "y"}, {"a": 2, "b": 7}, {"a": 2})
+        _put(sync_saver, lost, {"a": 2, "b": "y"}, {"a": 2, "b": 7}, {"a": 2})
     message = str(err.value)
     assert "'b'" in message and "version 7" in message and "'t'" in message
     assert "nothing written" in message and "get_tuple" in message

@@ -97,42 +97,56 @@ class HotPath(Compaction):
             # before any I/O: LangGraph may run the Sends, and save their writes, meanwhile
             self.sends.learn((target.thread_id, target.checkpoint_ns, checkpoint_id), sends)
 
+        # channels LangGraph renamed, stored with this checkpoint (see send)
+        renamed: ChannelVersions = {}
+
         def event(known: Callable[[str], Known | None], written: Written | None) -> CheckpointEvent:
             return self.codec.checkpoint_event(
                 target.thread_id,
                 target.checkpoint_ns,
                 checkpoint,
                 serializable,
-                new_versions,
+                {**new_versions, **renamed} if renamed else new_versions,
                 target.checkpoint_id,
                 known,
                 written,
                 sends,
             )
 
-        cache = self.cache
         keys = self.keys(target.thread_id)
+
+        def send(
+            known: Callable[[str], Known | None], written: Written | None
+        ) -> Flow[tuple[CheckpointEvent, Any]]:
+            # A checkpoint continuing a live parent may name a channel at a version the thread
+            # holds under another name only: LangGraph's migration of an older checkpoint
+            # renames channels and keeps their versions. The script names them, writing
+            # nothing (lua/checkpoint/projection.lua's dangling()); they go again as values of
+            # this checkpoint. Each round adds channels the last one did not send, so it ends.
+            while True:
+                sent = event(known, written)
+                args = self._append_args(_bases(sent), sent.fields)
+                reply = yield Eval(self._append, self.appending(keys), args, write=True)
+                if not (isinstance(reply, list) and reply[0] == b"unstored"):
+                    return sent, reply
+                versions = checkpoint["channel_versions"]
+                renamed.update((c, versions[c]) for c in (r.decode() for r in reply[1:]))
+
+        cache = self.cache
         if cache is None:
-            fields = event(_nothing_known, None).fields
-            reply = yield Eval(
-                self._append, self.appending(keys), self._append_args("", fields), write=True
-            )
+            _, reply = yield from send(_nothing_known, None)
             if isinstance(reply, list) and int(reply[1]) < 0:
                 yield from self.compact(target.thread_id, self.keep_last)
             return make_config(target.thread_id, target.checkpoint_ns, checkpoint_id)
         scope = (target.thread_id, target.checkpoint_ns)
         written = cache.written(scope, target.checkpoint_id)
-        sent = event(lambda channel: cache.get((*scope, channel)), written)
-        args = self._append_args(_bases(sent), sent.fields)
-        reply = yield Eval(self._append, self.appending(keys), args, write=True)
+        sent, reply = yield from send(lambda channel: cache.get((*scope, channel)), written)
         if reply == b"stale":
             # another writer, a prune or a re-put changed what a base or a shared write was:
             # send whole values
             for channel, _, _ in sent.learned:
                 cache.drop((*scope, channel))
-            sent = event(_nothing_known, None)
-            args = self._append_args("", sent.fields)
-            reply = yield Eval(self._append, self.appending(keys), args, write=True)
+            sent, reply = yield from send(_nothing_known, None)
         if isinstance(reply, list):
             # a compaction moved every stored value: what this process holds for the thread
             # no longer names where it is, except what this put just stored; one that trimmed

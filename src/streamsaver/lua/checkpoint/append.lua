@@ -15,8 +15,11 @@
 -- Returns the new event id, {new event id, entries trimmed} when it compacted, {new event id,
 -- -1} when a compaction is due but the log is too long for this call, or 'stale'
 -- (nothing written) when a base is not what the client saw: the client then sends whole values
--- instead. Refusals are errors; nothing is written. A checkpoint naming a channel version that
--- is neither its own nor stored is refused (checkpoint/projection.lua's dangling()).
+-- instead, or {'unstored', channel, ...} (nothing written) when the checkpoint names channels
+-- at versions the thread never stored under those names while its parent is live: the client
+-- sends it again with their values. Refusals are errors; nothing is written. A checkpoint whose
+-- parent is gone naming a channel version that is neither its own nor stored is refused
+-- (checkpoint/projection.lua's dangling()).
 -- a compaction in this call (checkpoint/compact.lua) copies events: it computes their ch itself
 local ch = string.match(ARGV[2], '^chain (%x+)$')
 local fields = {}
@@ -88,9 +91,13 @@ if ARGV[4] == 'fence' and f.k == 'checkpoint' then
   end
 end
 if f.k == 'checkpoint' then
-  local channel, version = dangling(KEYS[3], f, checked[2], checked[3])
+  local channel, version, unstored = dangling(KEYS[3], KEYS[2], f, checked[2], checked[3])
   if channel then
     return redis.error_reply(integrity('DANGLING', {KEYS[1], f.ns, f.id, channel, version}))
+  end
+  if unstored then
+    -- nothing written: the writer sends the event again with these channels' values
+    return {'unstored', unpack(unstored)}
   end
 end
 -- the entries the checks below read (a shared part's write): each read once

@@ -224,25 +224,37 @@ local function apply_checkpoint(log, ix, ptr, id, f, nv, known)
   undelete(ptr, known)
 end
 
--- The first (channel, version) of a checkpoint event's cv that is neither among its own values
--- (nv) nor stored in its namespace, or nil. A writer whose history is gone (a restart from an
--- older snapshot, an expiry, an eviction, a prune) would otherwise store a checkpoint no read
--- can give back whole. One HEXISTS per channel the checkpoint did not change. nv and cv as
--- checkpoint_shape() decoded them.
-local function dangling(ptr, f, nv, cv)
-  local own = {}
+-- The (channel, version) pairs of a checkpoint event's cv that are neither among its own values
+-- (nv) nor stored in its namespace. A writer whose history is gone (a restart from an older
+-- snapshot, an expiry, an eviction, a prune) would otherwise store a checkpoint no read can give
+-- back whole: then the first such pair is returned, to refuse the put. That loss takes the
+-- checkpoint the writer continues with it (values leave only with every checkpoint naming them),
+-- so while that parent is live in ix every value the writer was handed back is stored, and a
+-- pair nothing stores is one the thread never held under that name: LangGraph renames channels
+-- when it migrates an older checkpoint (start:X to branch:to:X, keeping the version). Those
+-- channels come back as a third result, {channel, ...}, for the writer to store with the
+-- checkpoint (its value, or the empty marker). One HEXISTS per channel the checkpoint did not
+-- change. nv and cv as checkpoint_shape() decoded them.
+local function dangling(ptr, ix, f, nv, cv)
+  local own, unstored = {}, {}
   for i = 1, #nv, 3 do
     own[lp(nv[i]) .. nv[i + 1]] = true
   end
-  local p = lp(f.ns)
+  local p, parent, live = lp(f.ns), f.parent or '', nil
   for i = 1, #cv, 2 do
     local channel, version = cv[i], cv[i + 1]
     if not own[lp(channel) .. version]
         and redis.call('HEXISTS', ptr, 'b' .. p .. lp(channel) .. version) == 0 then
-      return channel, version
+      if live == nil then
+        live = parent ~= '' and redis.call('ZSCORE', ix, 'c' .. p .. parent) ~= false
+      end
+      if not live then
+        return channel, version
+      end
+      unstored[#unstored + 1] = channel
     end
   end
-  return nil
+  return nil, nil, unstored[1] and unstored
 end
 
 local function check_writes(f)
