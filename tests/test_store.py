@@ -184,7 +184,7 @@ def test_bad_input_writes_nothing(store: RedisStreamStore, redis_client: redis.R
         store.put(("a.b",), "k", {"v": 1})
     with pytest.raises(InvalidNamespaceError):
         store.put((), "k", {"v": 1})
-    with pytest.raises(InvalidInputError, match="must be a dict"):
+    with pytest.raises(InvalidInputError, match="must be a mapping"):
         store.batch([PutOp(("a",), "k1", {"v": 1}), PutOp(("a",), "k2", [1])])  # type: ignore[arg-type]
     with pytest.raises(InvalidInputError, match="ttl"):
         store.put(("a",), "k", {"v": 1}, ttl=-1)

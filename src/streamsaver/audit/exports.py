@@ -8,7 +8,7 @@ import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, TextIO
+from typing import Any, BinaryIO, TextIO
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
@@ -23,9 +23,12 @@ __all__ = [
     "FORMAT_VERSION",
     "ExportCheck",
     "ExportWriter",
+    "export_lines",
     "read_export",
     "verify_export",
 ]
+
+_REMEDY = "give a file written by `streamsaver audit export`"
 
 FORMAT = "streamsaver.audit"
 # 2: the node and task labels name a Send's node (``sends``, ``sent_to``). A version 1 file's
@@ -89,26 +92,94 @@ class ExportWriter:
         )
 
 
+def export_lines(file: BinaryIO) -> Iterator[str]:
+    """The lines of an export file opened in binary mode, each decoded as the UTF-8 it was
+    written in: a line that is not raises ``InvalidInputError`` naming it."""
+    for number, raw in enumerate(file, 1):
+        try:
+            yield raw.decode()
+        except UnicodeDecodeError as exc:
+            raise InvalidInputError(
+                f"line {number} of the export is not UTF-8 text (byte {raw[exc.start]:#04x} at "
+                f"column {exc.start + 1}); {_REMEDY}"
+            ) from None
+
+
+def _record(line: str, number: int) -> dict[str, Any]:
+    """Line ``number`` of an export as its record: a JSON object with a ``type``."""
+    try:
+        record = json.loads(line)
+    except (ValueError, RecursionError) as exc:
+        # RecursionError: nesting deeper than the parser goes, which no export holds
+        why = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+        raise InvalidInputError(
+            f"line {number} of the export is not an export record (not JSON: {why}); {_REMEDY}"
+        ) from None
+    if not isinstance(record, dict) or not isinstance(record.get("type"), str):
+        raise InvalidInputError(
+            f"line {number} of the export is not an export record (a JSON object with a "
+            f"'type'); {_REMEDY}"
+        )
+    return record
+
+
+def _check_header(record: dict[str, Any]) -> int:
+    """The format version of an export whose first record is ``record``."""
+    if record["type"] != "export" or record.get("format") != FORMAT:
+        raise InvalidInputError(f"line 1 is not a {FORMAT} header; {_REMEDY}")
+    version = record.get("version", 0)
+    if not isinstance(version, int) or isinstance(version, bool) or version < 0:
+        raise InvalidInputError(
+            f"line 1: the export's format version is {version!r}, not a version number; {_REMEDY}"
+        )
+    if version > FORMAT_VERSION:
+        raise InvalidInputError(
+            f"the export is format version {version}, newer than {FORMAT_VERSION}: upgrade "
+            f"streamsaver to verify it"
+        )
+    return version
+
+
 def read_export(
     lines: Iterable[str], serde: SerializerProtocol
 ) -> Iterator[ThreadEvent | SkippedEvent | ThreadDeletion]:
     """The records of an export file decoded again from their stored fields (not from their
-    readable view), with ``serde``: the same events ``saver.history(values=True)`` gave."""
+    readable view), with ``serde``: the same events ``saver.history(values=True)`` gave. A
+    file that is not an export raises ``InvalidInputError``."""
     timelines: dict[str, Timeline[None]] = {}
-    for line in lines:
-        record = json.loads(line)
-        if record["type"] == "deleted":
-            yield ThreadDeletion.model_validate({k: v for k, v in record.items() if k != "type"})
-        elif record["type"] in ("event", "unreadable"):
-            timeline = timelines.setdefault(record["thread_id"], Timeline(serde, values=True))
-            for event, _ in timeline.add("", str(record["id"]), _fields(record), None):
-                yield event
-        elif record["type"] == "end" and record.get("thread_id") in timelines:
-            for event, _ in timelines.pop(record["thread_id"]).flush():
-                yield event
+    header_seen = False
+    for number, line in enumerate(lines, 1):
+        record = _record(line, number)
+        if not header_seen:
+            _check_header(record)
+            header_seen = True
+            continue
+        try:
+            yield from _read(record, timelines, serde)
+        except (KeyError, TypeError, ValueError) as exc:  # pydantic's ValidationError too
+            raise InvalidInputError(
+                f"line {number} of the export is not a readable {record['type']!r} record "
+                f"({exc}); {_REMEDY}"
+            ) from None
+    if not header_seen:
+        raise InvalidInputError(f"the export is empty: it has no {FORMAT} header; {_REMEDY}")
     for timeline in timelines.values():
         for event, _ in timeline.flush():
             yield event
+
+
+def _read(
+    record: dict[str, Any], timelines: dict[str, Timeline[None]], serde: SerializerProtocol
+) -> list[ThreadEvent | SkippedEvent | ThreadDeletion]:
+    """What one record of an export adds to ``read_export``'s events."""
+    if record["type"] == "deleted":
+        return [ThreadDeletion.model_validate({k: v for k, v in record.items() if k != "type"})]
+    if record["type"] in ("event", "unreadable"):
+        timeline = timelines.setdefault(str(record["thread_id"]), Timeline(serde, values=True))
+        return [e for e, _ in timeline.add("", str(record["id"]), _fields(record), None)]
+    if record["type"] == "end" and record.get("thread_id") in timelines:
+        return [e for e, _ in timelines.pop(record["thread_id"]).flush()]
+    return []
 
 
 @dataclass
@@ -137,7 +208,12 @@ class _FileThread:
 
 
 def _fields(record: dict[str, Any]) -> list[tuple[bytes, bytes]]:
+    """A record's stored fields; ValueError when they are not [name, base64] pairs of text."""
     pairs = record["fields"]
+    if not isinstance(pairs, list) or not all(
+        isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p) for p in pairs
+    ):
+        raise ValueError("fields are not [name, base64 value] pairs of strings")
     return [(name.encode(), base64.b64decode(value, validate=True)) for name, value in pairs]
 
 
@@ -150,27 +226,11 @@ def verify_export(lines: Iterable[str], serde: SerializerProtocol) -> list[Expor
     header_seen = False
     labels_compared = True
     for number, line in enumerate(lines, 1):
-        try:
-            record = json.loads(line)
-            kind = record["type"]
-        except (ValueError, KeyError, TypeError) as exc:
-            raise InvalidInputError(
-                f"line {number} of the export is not an export record ({exc}); give a file "
-                f"written by `streamsaver audit export`"
-            ) from exc
+        record = _record(line, number)
+        kind = record["type"]
         if not header_seen:
-            if kind != "export" or record.get("format") != FORMAT:
-                raise InvalidInputError(
-                    f"line 1 is not a {FORMAT} header; give a file written by "
-                    f"`streamsaver audit export`"
-                )
-            if record.get("version", 0) > FORMAT_VERSION:
-                raise InvalidInputError(
-                    f"the export is format version {record['version']}, newer than "
-                    f"{FORMAT_VERSION}: upgrade streamsaver to verify it"
-                )
+            labels_compared = _check_header(record) >= 2
             header_seen = True
-            labels_compared = record.get("version", 0) >= 2
             continue
         thread_id = str(record.get("thread_id"))
         if current is None or current.report.thread_id != thread_id or current.ended:
@@ -194,6 +254,9 @@ def verify_export(lines: Iterable[str], serde: SerializerProtocol) -> list[Expor
                 )
         else:
             current.fail(f"line {number}: unknown record type {kind!r}")
+    if not header_seen:
+        # a file cut before its first line (an export that never ran) is no proof of anything
+        raise InvalidInputError(f"the export is empty: it has no {FORMAT} header; {_REMEDY}")
     for thread in threads.values():
         if not thread.ended:
             _compare(thread, thread.timeline.flush())

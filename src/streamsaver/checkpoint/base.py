@@ -18,6 +18,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..core.codec import Codec
+from ..core.config import MAX_TTL_MS
 from ..core.delta import DeltaCache
 from ..core.durability import Durability, DurabilityMode
 from ..core.errors import InvalidInputError, connect_error
@@ -118,10 +119,11 @@ def _check_ttl(ttl_seconds: object) -> float | None:
     if ttl_seconds is None:
         return None
     seconds = _number(ttl_seconds)
-    if seconds is None or seconds < 0.001:
+    if seconds is None or not 0.001 <= seconds <= MAX_TTL_MS / 1000:
         raise InvalidInputError(
-            f"ttl_seconds={ttl_seconds!r}: give a number of seconds >= 0.001 after which a "
-            f"thread without writes expires, or None to keep threads until deleted"
+            f"ttl_seconds={ttl_seconds!r}: give a number of seconds >= 0.001 and <= "
+            f"{MAX_TTL_MS // 1000} (about 31,700 years) after which a thread without writes "
+            f"expires, or None to keep threads until deleted"
         )
     return seconds
 

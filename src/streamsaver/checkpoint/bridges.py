@@ -18,7 +18,7 @@ from langgraph.checkpoint.base import (
     DeltaChannelHistory,
 )
 
-from ..core.errors import InvalidUsageError
+from ..core.errors import SyncOnLoopError
 from ..core.flow import T
 
 __all__ = ["InThread", "OnLoop"]
@@ -98,7 +98,7 @@ class OnLoop(BaseCheckpointSaver[str]):
             running = None
         if self.loop is None or running is self.loop:
             coro.close()
-            raise InvalidUsageError(
+            raise SyncOnLoopError(
                 "Synchronous calls to AsyncRedisStreamSaver are only allowed from a thread other "
                 "than its event loop's, once that loop runs; on the loop use the async interface "
                 "(e.g. `await checkpointer.aget_tuple(...)`, `await graph.ainvoke(...)`), and in "

@@ -17,7 +17,7 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import DeltaChannelHistory, PendingWrite, writes_sort_key
 
-from ..core.config import target_of
+from ..core.config import check_text, target_of
 from ..core.errors import CorruptIndexError, InvalidInputError
 from ..core.flow import Eval, Flow
 from ..core.keys import lp
@@ -38,6 +38,7 @@ def _channels(channels: object) -> list[str]:
                 f"channels[{i}]={channel!r} is a {type(channel).__name__}; channel names are "
                 f"strings"
             )
+        check_text(channel, f"channels[{i}]")
     return list(channels)
 
 

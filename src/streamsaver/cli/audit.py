@@ -151,7 +151,7 @@ def verify(
 
 
 def _show(saver: RedisStreamSaver, thread_id: str, as_json: bool) -> int:
-    from ..core.replies import jsonable
+    from ..core.replies import json_line
     from ..events import SkippedEvent
     from .render import console, deletion_line, event_line
 
@@ -159,14 +159,14 @@ def _show(saver: RedisStreamSaver, thread_id: str, as_json: bool) -> int:
     steps: dict[tuple[str, str, str], int] = {}
     for deletion in saver.deletions(thread_id):
         if as_json:
-            print(json.dumps({"kind": "thread_deleted", **deletion.model_dump(mode="json")}))
+            print(json_line({"kind": "thread_deleted", **deletion.model_dump(mode="json")}))
         else:
             out.print(deletion_line(deletion))
     for event in saver.history(thread_id, values=True):
         if isinstance(event, SkippedEvent):
             print(f"skipped {event.id}: {event.reason}", file=sys.stderr)
         elif as_json:
-            print(json.dumps(event.model_dump(), default=jsonable, ensure_ascii=False))
+            print(json_line(event.model_dump()))
         else:
             out.print(event_line(event, steps, False, values=True))
     return 0
@@ -223,10 +223,10 @@ def _chain_json(thread_id: str, check: ChainCheck) -> dict[str, object]:
 def _verify_file(path: str, as_json: bool, serde: SerializerProtocol | None) -> int:
     from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
-    from ..audit.exports import verify_export
+    from ..audit.exports import export_lines, verify_export
 
-    with open(path, encoding="utf-8") as file:
-        reports = verify_export(file, serde or JsonPlusSerializer())
+    with open(path, "rb") as file:
+        reports = verify_export(export_lines(file), serde or JsonPlusSerializer())
     failed = [r for r in reports if r.problem is not None]
     if as_json:
         for report in reports:

@@ -44,7 +44,8 @@ EXIT_CODES = f"""\
 exit codes:
   {OK}  done, nothing wrong found
   {PROBLEM}  an integrity problem was found (verify, audit verify, rebuild, doctor)
-  {USAGE}  usage: a bad option, a missing --url, a file that cannot be read
+  {USAGE}  usage: a bad option, a missing --url, a file that cannot be read or is not
+     what the command reads (audit verify --file: not an export)
   {NOT_FOUND}  no such thread (history, tail, verify, audit show/verify)
   {UNAVAILABLE}  Redis cannot be reached: down, wrong password, TLS mismatch, timeout
   {INTERRUPTED}  interrupted (Ctrl-C)

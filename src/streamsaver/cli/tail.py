@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import signal
 import sys
 from typing import Annotated
@@ -80,7 +79,7 @@ def tail(
     line each, in order within each thread.
     """
     from ..checkpoint.saver import RedisStreamSaver
-    from ..core.replies import jsonable
+    from ..core.replies import json_line
     from .render import console, event_line
 
     url = need_url(url)
@@ -112,7 +111,7 @@ def tail(
             with reader:
                 for event in reader:
                     if as_json:
-                        print(json.dumps(event.model_dump(), default=jsonable), flush=True)
+                        print(json_line(event.model_dump()), flush=True)
                     else:
                         out.print(event_line(event, steps, every))
                         out.file.flush()

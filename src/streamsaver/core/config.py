@@ -8,9 +8,15 @@ from uuid import UUID
 
 from langchain_core.runnables import RunnableConfig
 
-from .errors import InvalidConfigError
+from .errors import InvalidConfigError, InvalidInputError
 
-__all__ = ["Target", "before_id", "make_config", "target_of"]
+__all__ = ["MAX_TTL_MS", "Target", "before_id", "check_text", "make_config", "target_of"]
+
+# The longest TTL taken (about 31,700 years): the scripts compute an expiry time, now plus
+# the TTL in ms, in Lua's doubles, exact only below 2**53; past that, or 2**63, what reached
+# PEXPIREAT (or a Store item's expiry) was garbage, often a time already past: the data
+# was acknowledged and gone at once.
+MAX_TTL_MS = 10**15
 
 _EXAMPLE = "{'configurable': {'thread_id': 'my-thread'}}"
 
@@ -34,10 +40,28 @@ def _configurable(config: object) -> Mapping[str, Any]:
     return conf
 
 
+def check_text(value: str, where: str, error: type[InvalidInputError] = InvalidInputError) -> str:
+    """``value`` if it can be stored: Redis keys and fields are UTF-8, and a lone surrogate
+    (what ``surrogateescape`` makes of undecodable bytes) has no UTF-8 form."""
+    if value.isascii():
+        return value
+    try:
+        value.encode()
+    except UnicodeEncodeError as exc:
+        raise error(
+            f"{where}={value!r} holds a lone surrogate ({value[exc.start]!r} at index "
+            f"{exc.start}), which is not text and cannot be stored as UTF-8: give valid "
+            f"Unicode, e.g. decode the bytes it came from with errors='replace'"
+        ) from None
+    return value
+
+
 def _optional_str(conf: Mapping[str, Any], key: str, default: str | None) -> str | None:
     value = conf.get(key, default)
-    if value is None or isinstance(value, str):
+    if value is None:
         return value
+    if isinstance(value, str):
+        return check_text(value, f"config['configurable'][{key!r}]", InvalidConfigError)
     raise InvalidConfigError(
         f"config['configurable'][{key!r}] must be a string, got {type(value).__name__}: {value!r}"
     )
@@ -46,7 +70,7 @@ def _optional_str(conf: Mapping[str, Any], key: str, default: str | None) -> str
 def thread_id_str(thread_id: object, where: str) -> str:
     # LangGraph users pass UUIDs and ints as thread ids; both have one obvious string form.
     if isinstance(thread_id, str):
-        return thread_id
+        return check_text(thread_id, where, InvalidConfigError)
     if isinstance(thread_id, (int, UUID)) and not isinstance(thread_id, bool):
         return str(thread_id)
     if thread_id is None:

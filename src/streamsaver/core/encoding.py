@@ -15,6 +15,7 @@ from langgraph.checkpoint.base import (
     CheckpointMetadata,
 )
 
+from .config import check_text
 from .delta import Known, Written, array_header, split_array
 from .errors import CorruptIndexError, InvalidInputError
 from .fields import EMPTY, SCHEMA_VERSION, SHARED, Field, version_key
@@ -134,11 +135,12 @@ class EventEncoder(ValueCodec):
         record = {k: v for k, v in checkpoint.items() if k not in _NOT_IN_RECORD}
         cv: list[str] = []
         for channel, version in checkpoint["channel_versions"].items():
-            cv += (channel, version_key(version))
+            cv += (check_text(channel, "a channel name"), version_key(version))
         nv: list[str] = []
         event = CheckpointEvent([])
         blobs: list[Field] = []
         for i, (channel, version) in enumerate(new_versions.items()):
+            check_text(channel, "a channel name in new_versions")
             vkey = version_key(version)
             base = ""
             if channel not in values:
@@ -198,6 +200,7 @@ class EventEncoder(ValueCodec):
                     f"writes[{i}] has channel {channel!r} ({type(channel).__name__}); "
                     f"channel names are strings"
                 )
+            check_text(channel, f"writes[{i}]'s channel")
             wi += (channel, WRITES_IDX_MAP.get(channel, i))
             values += (f"w{i}", self.dump(value, f"the write to channel {channel!r}"))
         fields: list[Field] = [

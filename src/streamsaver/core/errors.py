@@ -19,11 +19,14 @@ StreamSaverError
 │   ├── MissingIndexError               the log is there, its indexes are gone: rebuild them
 │   ├── MissingValueError               a checkpoint names a channel value nothing stores
 │   └── DanglingVersionError            a put names a channel value nothing stores (refused)
-└── InvalidUsageError (RuntimeError)    a call made where it cannot work (e.g. sync on the loop)
+└── InvalidUsageError (RuntimeError)    a call made where it cannot work
+    └── SyncOnLoopError                 a sync call of an async saver or store on its event
+                                        loop; an ``asyncio.InvalidStateError`` too
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
 import shlex
 from urllib.parse import unquote, urlsplit
@@ -53,6 +56,7 @@ __all__ = [
     "ServerUnavailableError",
     "SlotMovingError",
     "StreamSaverError",
+    "SyncOnLoopError",
     "TLSError",
     "ThreadDeletedError",
     "UnsupportedServerError",
@@ -279,6 +283,13 @@ class NoPersistenceWarning(UserWarning):
 
 class InvalidUsageError(StreamSaverError, RuntimeError):
     """A method was called where it cannot work, e.g. a sync call on the saver's event loop."""
+
+
+class SyncOnLoopError(InvalidUsageError, asyncio.InvalidStateError):
+    """A sync method of ``AsyncRedisStreamSaver`` or ``AsyncRedisStreamStore`` was called on
+    the event loop it runs on, where waiting for it would deadlock. Also an
+    ``asyncio.InvalidStateError``: what the async peers (``AsyncPostgresStore``,
+    ``AsyncSqliteSaver``, LangGraph's batched stores) raise in the same case."""
 
 
 _CORRUPT = "STREAMSAVER_CORRUPT"

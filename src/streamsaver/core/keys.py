@@ -17,6 +17,7 @@ from binascii import crc_hqx
 from typing import NamedTuple
 from urllib.parse import quote, unquote
 
+from .config import check_text
 from .errors import InvalidInputError
 from .slots import SLOTS, slot_tag
 
@@ -57,11 +58,12 @@ def validate_prefix(prefix: object) -> str:
             f"prefix={prefix!r} is not usable: give a non-empty string without '{{', '}}' or "
             f"newlines, e.g. prefix='streamsaver'"
         )
-    return prefix
+    return check_text(prefix, "prefix")
 
 
 def _tag(thread_id: str) -> str:
-    return quote(thread_id, safe="") or _EMPTY_TAG
+    # every thread's keys are named here, whichever call named the thread
+    return quote(check_text(thread_id, "thread_id"), safe="") or _EMPTY_TAG
 
 
 def thread_keys(prefix: str, thread_id: str) -> ThreadKeys:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import math
 from typing import Any
 
 from pydantic_core import to_jsonable_python
 
-__all__ = ["as_text", "jsonable"]
+__all__ = ["as_text", "json_line", "jsonable"]
 
 
 def as_text(value: Any) -> str:
@@ -20,3 +22,21 @@ def jsonable(value: object) -> object:
         return to_jsonable_python(value)
     except Exception:  # anything a serializer gave back that JSON cannot hold
         return repr(value)
+
+
+def json_line(value: object) -> str:
+    """``value`` as one line of JSON, decoded values as ``jsonable`` makes them. NaN and
+    ±Infinity, which JSON cannot hold (``json.dumps`` would write ``NaN``, which JSON parsers
+    refuse), become null, as pydantic writes them; non-ASCII text is escaped, so a string
+    holding a lone surrogate prints too."""
+    return json.dumps(_finite(value), default=lambda o: _finite(jsonable(o)), allow_nan=False)
+
+
+def _finite(value: object) -> object:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value

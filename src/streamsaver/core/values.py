@@ -9,6 +9,7 @@ from typing import Any
 import ormsgpack
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
+from .config import check_text
 from .delta import Known, shallow_state
 from .errors import InvalidInputError, PayloadTooLargeError
 from .fields import Field
@@ -17,6 +18,11 @@ __all__ = ["ABSENT", "Held", "Learned", "ValueCodec"]
 
 # a channel whose event holds no value (core.fields.EMPTY): left out of channel_values
 ABSENT = object()
+
+# an event's text fields (docs/events.md) by the names the caller gave them
+_NAMES = {"thread": "thread_id", "ns": "checkpoint_ns", "id": "checkpoint_id",
+          "parent": "the parent's checkpoint_id", "task": "task_id", "path": "task_path",
+          "run": "run_id"}  # fmt: skip
 
 Held = Known | tuple[str, bytes]
 """A value a reader holds: a list (Known, a base for appends) or any other typed value."""
@@ -60,6 +66,9 @@ class ValueCodec:
         size = sum(map(len, fields))
         if size > self.max_payload_bytes:
             raise PayloadTooLargeError(size, self.max_payload_bytes, what)
+        for name, value in zip(fields[::2], fields[1::2], strict=True):
+            if isinstance(value, str) and not value.isascii():
+                check_text(value, _NAMES.get(str(name), str(name)))
         return fields
 
     def _held(

@@ -8,6 +8,7 @@ from __future__ import annotations
 import builtins
 
 from ..core.chain import ChainCheck
+from ..core.config import check_text
 from ..core.flow import Call, Each, Emit, Eval, Flow, Items, Pace, Pause
 from ..core.keys import store_bucket
 from ..core.pages import LogPages
@@ -116,7 +117,9 @@ class LogOperations(StoreBase):
         self, namespace: tuple[str, ...], key: str | None, values: bool
     ) -> Flow[builtins.list[MemoryEvent]]:
         """The events of ``namespace`` (and ``key``), oldest first, from its bucket's log."""
-        name = joined(tuple(namespace))
+        name = check_text(joined(tuple(namespace)), "namespace")
+        if key is not None:
+            check_text(key, "key")
         bucket = store_bucket(name)
         out = []
         # a caller waits for it: pages sized to a slice, without the pauses between them

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import builtins
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from langchain_core.runnables.config import var_child_runnable_config
 from langgraph.store.base import (
@@ -32,6 +32,7 @@ from langgraph.store.base import (
 )
 
 from ..core.codec import Field
+from ..core.config import MAX_TTL_MS, check_text
 from ..core.errors import InvalidInputError, PayloadTooLargeError
 from ..core.flow import Each, Eval, Flow
 from ..core.keys import store_bucket
@@ -40,7 +41,10 @@ from .index import Embedded
 from .logs import LogOperations
 from .reads import ReadOperations
 
-__all__ = ["StoreOperations", "check_ttl_config"]
+__all__ = ["MAX_SWEEP_MINUTES", "StoreOperations", "check_sweep_interval", "check_ttl_config"]
+
+MAX_SWEEP_MINUTES = 525_600
+_MAX_TTL_MINUTES = MAX_TTL_MS // 60_000
 
 
 def check_ttl_config(ttl: object) -> TTLConfig | None:
@@ -54,24 +58,36 @@ def check_ttl_config(ttl: object) -> TTLConfig | None:
         )
     if ttl.get("default_ttl") is not None:
         _ttl_ms(ttl["default_ttl"], "ttl['default_ttl']")
-    sweep = ttl.get("sweep_interval_minutes")
-    if sweep is not None and (not isinstance(sweep, (int, float)) or sweep <= 0):
-        raise InvalidInputError(
-            f"ttl['sweep_interval_minutes']={sweep!r}: give minutes > 0, or None for no sweeper"
-        )
+    if ttl.get("sweep_interval_minutes") is not None:
+        check_sweep_interval(ttl["sweep_interval_minutes"], "ttl['sweep_interval_minutes']")
     return TTLConfig(**ttl)  # type: ignore[typeddict-item]
+
+
+def check_sweep_interval(minutes: object, what: str) -> float:
+    """The sweeper's interval in minutes: a number > 0, at most a year (a longer wait is
+    more than the sweeper's timers can hold)."""
+    if (
+        not isinstance(minutes, (int, float))
+        or isinstance(minutes, bool)
+        or not 0 < minutes <= MAX_SWEEP_MINUTES
+    ):
+        raise InvalidInputError(
+            f"{what}={minutes!r}: give a number of minutes > 0 and <= {MAX_SWEEP_MINUTES} "
+            f"(a year) between sweeps, or None for no sweeper"
+        )
+    return float(minutes)
 
 
 def _ttl_ms(minutes: object, what: str) -> int:
     if (
         not isinstance(minutes, (int, float))
         or isinstance(minutes, bool)
-        or not math.isfinite(minutes)
-        or minutes <= 0
+        or not 0 < minutes <= _MAX_TTL_MINUTES
     ):
         raise InvalidInputError(
-            f"{what}={minutes!r}: give a number of minutes > 0 after which the item expires, "
-            f"or None to keep it until deleted"
+            f"{what}={minutes!r}: give a number of minutes > 0 and <= {_MAX_TTL_MINUTES} "
+            f"(about 31,700 years) after which the item expires, or None to keep it until "
+            f"deleted"
         )
     return max(1, math.ceil(minutes * 60_000))
 
@@ -141,6 +157,7 @@ class StoreOperations(ReadOperations, LogOperations):
                     f"ListNamespacesOp"
                 )
             validate_op_namespace(op)
+            _check_texts(op)
             if isinstance(op, PutOp):
                 puts[(op.namespace, op.key)] = self._put_args(op, writer, embedded)
             elif isinstance(op, SearchOp):
@@ -168,12 +185,21 @@ class StoreOperations(ReadOperations, LogOperations):
         namespace, key = joined(op.namespace), op.key
         if op.value is None:
             return ["mdel", namespace, key, "", "", "", *writer, ""]
-        if not isinstance(op.value, dict):
+        if not isinstance(op.value, Mapping):
             raise InvalidInputError(
-                f"value for key {key!r} in {op.namespace!r} must be a dict, got "
+                f"value for key {key!r} in {op.namespace!r} must be a mapping, got "
                 f"{type(op.value).__name__}; wrap it, e.g. {{'value': ...}}"
             )
-        type_, raw = self.serde.dumps_typed(dict(op.value))
+        try:
+            # stored as a dict, as InMemoryStore keeps it (BaseStore.put takes any Mapping)
+            type_, raw = self.serde.dumps_typed(dict(op.value))
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise InvalidInputError(
+                f"the value for key {key!r} in {op.namespace!r} cannot be serialized by "
+                f"{type(self.serde).__name__}: {exc}; store values the serializer supports "
+                f"(ints within 64 bits: a larger one as a str), or pass serde= one that "
+                f"handles them"
+            ) from exc
         size = len(raw) + len(namespace) + len(key)
         if size > self.max_payload_bytes:
             raise PayloadTooLargeError(size, self.max_payload_bytes, f"item {key!r}")
@@ -181,6 +207,21 @@ class StoreOperations(ReadOperations, LogOperations):
         ttl_ms = "" if ttl is None else str(_ttl_ms(ttl, "ttl"))
         vec = self.index.pack(op, embedded) if self.index is not None else b""
         return ["mput", namespace, key, type_, raw, ttl_ms, *writer, vec]
+
+
+def _check_texts(op: Op) -> None:
+    """The labels and key of ``op`` as Redis can hold them (UTF-8: no lone surrogate)."""
+    if isinstance(op, (GetOp, PutOp)):
+        paths = [op.namespace]
+        if isinstance(op.key, str):
+            check_text(op.key, "key")
+    elif isinstance(op, SearchOp):
+        paths = [op.namespace_prefix]
+    elif isinstance(op, ListNamespacesOp):
+        paths = [condition.path for condition in op.match_conditions or ()]
+    for path in paths:
+        for label in path:
+            check_text(label, "a namespace label")
 
 
 def _check_page(limit: object, offset: object) -> None:

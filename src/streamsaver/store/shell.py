@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import builtins
 import inspect
-from abc import abstractmethod
 from collections.abc import Callable
 from typing import Any, ClassVar, Generic, TypedDict, TypeVar
 
@@ -29,7 +28,7 @@ from ..core.flow import Emit, Flow, Items
 from ..core.slicing import Replay
 from ..memory_events import MemoryEvent, StoreCursor
 from .index import StoreIndex
-from .ops import StoreOperations, check_ttl_config
+from .ops import StoreOperations, check_sweep_interval, check_ttl_config
 
 __all__ = ["StoreOptions", "StoreShell", "next_batch"]
 
@@ -115,22 +114,22 @@ class StoreShell(BaseStore, Generic[ClientT, SaverT]):
             ms = min(ms, self._socket_timeout * 500)
         return max(1, int(ms))
 
-    def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> None:
-        """Sweep every ``sweep_interval_minutes`` (default: the ttl config's): in a daemon
-        thread for ``RedisStreamStore``, in a task on the running loop for
-        ``AsyncRedisStreamStore``; nothing when neither is set, or when it sweeps already."""
-        minutes = sweep_interval_minutes or (self.ttl_config or {}).get("sweep_interval_minutes")
-        if minutes:
-            self._sweep_every(float(minutes))
-
-    @abstractmethod
-    def _sweep_every(self, minutes: float) -> None: ...
+    def _interval(self, minutes: object) -> float | None:
+        """The sweeper's interval: ``minutes``, else the ttl config's; None: no sweeper."""
+        if minutes is None:
+            minutes = (self.ttl_config or {}).get("sweep_interval_minutes")
+        if minutes is None:
+            return None
+        return check_sweep_interval(minutes, "sweep_interval_minutes")
 
     # The operations both stores offer, under the sync store's name with a "_" before it:
     # ``sweep_ttl`` and ``asweep_ttl`` are ``_sweep_ttl``, run or awaited.
 
     def _sweep_ttl(self) -> Flow[int]:
-        """Delete every item whose TTL ran out (an ``mdel`` event each); returns how many."""
+        """Delete every item whose TTL ran out (an ``mdel`` event each, ``why="expired"``);
+        returns how many. An item's TTL is the store's, not a Redis key expiry (which would
+        drop the item without an event, and leave its index entries): reads leave an expired
+        item out at once, and the sweep frees its memory and records its end."""
         return self._ops.sweep()
 
     def _rebuild(self) -> Flow[Replay]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import concurrent.futures
 import inspect
 import logging
 import threading
@@ -29,7 +30,7 @@ from typing_extensions import Unpack
 
 from ..checkpoint.aio import AsyncRedisStreamSaver
 from ..checkpoint.saver import RedisStreamSaver
-from ..core.errors import InvalidUsageError, StreamSaverError
+from ..core.errors import StreamSaverError, SyncOnLoopError
 from ..core.flow import Flow, Items
 from .shell import StoreOptions, StoreShell, next_batch
 
@@ -77,12 +78,12 @@ def _streams(
 
 
 def _awaits(
-    operation: Operation[P, Flow[T]],
+    operation: Operation[P, Flow[T]], prefix: str = "a"
 ) -> Callable[Concatenate[AsyncRedisStreamStore, P], Coroutine[Any, Any, T]]:
     async def run(self: AsyncRedisStreamStore, /, *args: P.args, **kwargs: P.kwargs) -> T:
         return await self._saver._run(operation(self, *args, **kwargs))
 
-    return _named(run, operation, "a")
+    return _named(run, operation, prefix)
 
 
 def _astreams(
@@ -112,6 +113,8 @@ class RedisStreamStore(StoreShell[redis.Redis | RedisCluster, RedisStreamSaver])
     _instead = "for redis.asyncio clients use AsyncRedisStreamStore"
     _saver_class = RedisStreamSaver
     _sweeper: threading.Thread | None = None
+    _swept: concurrent.futures.Future[None]
+    _stop: threading.Event
 
     @classmethod
     @contextmanager
@@ -159,27 +162,49 @@ class RedisStreamStore(StoreShell[redis.Redis | RedisCluster, RedisStreamSaver])
 
     sweep_ttl = _runs(StoreShell._sweep_ttl)
 
-    def _sweep_every(self, minutes: float) -> None:
-        if self._sweeper is not None:
-            return
+    def start_ttl_sweeper(
+        self, sweep_interval_minutes: float | None = None
+    ) -> concurrent.futures.Future[None]:
+        """Sweep (``sweep_ttl``) every ``sweep_interval_minutes`` (default: the ttl config's)
+        in a daemon thread, as ``PostgresStore``'s; returns a future done once it stopped.
+        Without an interval nothing sweeps (reads leave expired items out all the same) and
+        the future is done; when it sweeps already, its future."""
+        minutes = self._interval(sweep_interval_minutes)
+        if self._sweeper is not None and self._sweeper.is_alive():
+            return self._swept
+        swept: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._swept = swept
+        if minutes is None:
+            swept.set_result(None)
+            return swept
         self._stop = stop = threading.Event()
 
         def run() -> None:
-            while not stop.wait(minutes * 60):
-                try:
-                    self.sweep_ttl()
-                except StreamSaverError:
-                    # a server away for a while: the next round sweeps what this one could not
-                    logger.warning("TTL sweep failed; retrying next interval", exc_info=True)
+            try:
+                while not stop.wait(minutes * 60):
+                    try:
+                        self.sweep_ttl()
+                    except StreamSaverError:
+                        # a server away for a while: the next round sweeps what this one could not
+                        logger.warning("TTL sweep failed; retrying next interval", exc_info=True)
+            finally:
+                swept.set_result(None)
 
         self._sweeper = threading.Thread(target=run, name="streamsaver-store-sweeper", daemon=True)
         self._sweeper.start()
+        return swept
 
-    def stop_ttl_sweeper(self) -> None:
-        if self._sweeper is not None:
-            self._stop.set()
-            self._sweeper.join()
-            self._sweeper = None
+    def stop_ttl_sweeper(self, timeout: float | None = None) -> bool:
+        """Stop the sweeper (after the sweep it may be in), waiting up to ``timeout`` seconds
+        (None: as long as it takes); False if it still runs then, True otherwise."""
+        if self._sweeper is None:
+            return True
+        self._stop.set()
+        self._sweeper.join(timeout)
+        if self._sweeper.is_alive():
+            return False
+        self._sweeper = None
+        return True
 
     history = _runs(StoreShell._history)
     changes = _runs(StoreShell._changes)
@@ -195,6 +220,7 @@ class AsyncRedisStreamStore(StoreShell[aredis.Redis | AsyncRedisCluster, AsyncRe
     _instead = "for synchronous clients use RedisStreamStore"
     _saver_class = AsyncRedisStreamSaver
     _sweeper: asyncio.Task[None] | None = None
+    _astop: asyncio.Event
 
     @classmethod
     @asynccontextmanager
@@ -211,8 +237,8 @@ class AsyncRedisStreamStore(StoreShell[aredis.Redis | AsyncRedisCluster, AsyncRe
         client = AsyncRedisCluster.from_url(url) if cluster else aredis.Redis.from_url(url)
         try:
             store = cls(client, **options)
-            await store.asetup()
-            store.start_ttl_sweeper()
+            await store.setup()
+            await store.start_ttl_sweeper()
             try:
                 yield store
             finally:
@@ -220,10 +246,14 @@ class AsyncRedisStreamStore(StoreShell[aredis.Redis | AsyncRedisCluster, AsyncRe
         finally:
             await client.aclose()
 
-    async def asetup(self) -> None:
-        """See ``RedisStreamStore.setup``."""
+    async def setup(self) -> None:
+        """See ``RedisStreamStore.setup``: a coroutine here, as ``AsyncPostgresStore``'s."""
         await self._saver.asetup()
         await self._saver._run(self._ops.setup_vectors())
+
+    async def asetup(self) -> None:
+        """``setup``, by the name the async saver's has."""
+        await self.setup()
 
     arebuild = _awaits(StoreShell._rebuild)
     averify = _awaits(StoreShell._verify)
@@ -240,7 +270,7 @@ class AsyncRedisStreamStore(StoreShell[aredis.Redis | AsyncRedisCluster, AsyncRe
         except RuntimeError:
             running = None
         if loop is None or running is loop:
-            raise InvalidUsageError(
+            raise SyncOnLoopError(
                 "Synchronous calls to AsyncRedisStreamStore are only allowed from a thread "
                 "other than its event loop's, once that loop runs; on the loop use the async "
                 "interface (e.g. `await store.aget(...)`), and in synchronous code use "
@@ -248,28 +278,48 @@ class AsyncRedisStreamStore(StoreShell[aredis.Redis | AsyncRedisCluster, AsyncRe
             )
         return asyncio.run_coroutine_threadsafe(self.abatch(builtins.list(ops)), loop).result()
 
+    # a coroutine under the sync name, as AsyncPostgresStore's and AsyncSqliteStore's
+    sweep_ttl = _awaits(StoreShell._sweep_ttl, "")
     asweep_ttl = _awaits(StoreShell._sweep_ttl)
 
-    def _sweep_every(self, minutes: float) -> None:
-        if self._sweeper is not None:
-            return
+    async def start_ttl_sweeper(
+        self, sweep_interval_minutes: float | None = None
+    ) -> asyncio.Task[None]:
+        """Sweep (``sweep_ttl``) every ``sweep_interval_minutes`` (default: the ttl config's)
+        in a task on the running loop, as ``AsyncPostgresStore``'s; returns the task. Without
+        an interval nothing sweeps (reads leave expired items out all the same) and the task
+        is done at once; when it sweeps already, its task."""
+        minutes = self._interval(sweep_interval_minutes)
+        if self._sweeper is not None and not self._sweeper.done():
+            return self._sweeper
+        if minutes is None:
+            return asyncio.create_task(asyncio.sleep(0))
+        self._astop = stop = asyncio.Event()
 
         async def run() -> None:
             while True:
-                await asyncio.sleep(minutes * 60)
+                with suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(stop.wait(), minutes * 60)
+                    return
                 try:
-                    await self.asweep_ttl()
+                    await self.sweep_ttl()
                 except StreamSaverError:
                     logger.warning("TTL sweep failed; retrying next interval", exc_info=True)
 
         self._sweeper = asyncio.get_running_loop().create_task(run())
+        return self._sweeper
 
-    async def stop_ttl_sweeper(self) -> None:
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            with suppress(asyncio.CancelledError):
-                await self._sweeper
-            self._sweeper = None
+    async def stop_ttl_sweeper(self, timeout: float | None = None) -> bool:
+        """Stop the sweeper (after the sweep it may be in), waiting up to ``timeout`` seconds
+        (None: as long as it takes); False if it still runs then, True otherwise."""
+        if self._sweeper is None:
+            return True
+        self._astop.set()
+        await asyncio.wait({self._sweeper}, timeout=timeout)
+        if not self._sweeper.done():
+            return False
+        self._sweeper = None
+        return True
 
     ahistory = _awaits(StoreShell._history)
     achanges = _awaits(StoreShell._changes)
