@@ -14,7 +14,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from ..core.chain import Pairs
 from ..core.codec import Codec
 from ..core.delta import array_header
-from ..core.replies import jsonable
+from ..core.replies import json_line
 from ..events import SkippedEvent, ThreadDeletion, ThreadEvent, Undecoded
 from ..tailing.decode import decode_event
 from ..tailing.naming import Namer
@@ -25,7 +25,8 @@ C = TypeVar("C")
 
 
 def dumps(record: dict[str, Any]) -> str:
-    return json.dumps(record, default=jsonable, ensure_ascii=False)
+    # strict JSON: a value's NaN or Infinity as null (earlier exports wrote NaN there)
+    return json_line(record, ensure_ascii=False)
 
 
 class Lenient(SerializerProtocol):

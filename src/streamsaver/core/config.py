@@ -103,7 +103,7 @@ def before_id(before: object) -> str | None:
             f"before names no checkpoint_id: {before!r}; pass None for no bound, or a config "
             f"such as {{'configurable': {{'checkpoint_id': '<id>'}}}} (list returns ids below it)"
         )
-    return checkpoint_id
+    return check_text(checkpoint_id, "before['configurable']['checkpoint_id']", InvalidConfigError)
 
 
 def make_config(thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> RunnableConfig:

@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic_core import to_jsonable_python
 
-__all__ = ["as_text", "json_line", "jsonable"]
+__all__ = ["as_text", "finite", "json_line", "jsonable"]
 
 
 def as_text(value: Any) -> str:
@@ -24,19 +24,25 @@ def jsonable(value: object) -> object:
         return repr(value)
 
 
-def json_line(value: object) -> str:
+def json_line(value: object, *, ensure_ascii: bool = True) -> str:
     """``value`` as one line of JSON, decoded values as ``jsonable`` makes them. NaN and
     ±Infinity, which JSON cannot hold (``json.dumps`` would write ``NaN``, which JSON parsers
-    refuse), become null, as pydantic writes them; non-ASCII text is escaped, so a string
-    holding a lone surrogate prints too."""
-    return json.dumps(_finite(value), default=lambda o: _finite(jsonable(o)), allow_nan=False)
+    refuse), become null, as pydantic writes them. ``ensure_ascii``: non-ASCII text escaped,
+    so a string holding a lone surrogate prints too."""
+    return json.dumps(
+        finite(value),
+        default=lambda o: finite(jsonable(o)),
+        allow_nan=False,
+        ensure_ascii=ensure_ascii,
+    )
 
 
-def _finite(value: object) -> object:
+def finite(value: object) -> object:
+    """``value`` with every NaN and ±Infinity, in its dicts, lists and tuples, as None."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
+        return {k: finite(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
+        return [finite(v) for v in value]
     return value

@@ -6,6 +6,7 @@ from collections.abc import Generator, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..core.codec import Codec
+from ..core.config import check_text
 from ..core.errors import InvalidInputError
 from ..core.feeds import parked_key
 from ..core.replies import as_text
@@ -58,6 +59,7 @@ class GroupReader(_Feeds):
         for name, value in (("group", group), ("consumer", consumer)):
             if not isinstance(value, str) or not value:
                 raise InvalidInputError(f"{name}={value!r}: give a non-empty string")
+            check_text(value, name)
         self.group: str = group  # type: ignore[assignment]
         self.consumer: str = consumer  # type: ignore[assignment]
         self.start = "$" if start == "$" else _after(start)

@@ -11,7 +11,7 @@ from typing import Any
 from langgraph.checkpoint.base import CheckpointTuple
 
 from ..audit.timeline import Lenient
-from ..core.replies import jsonable
+from ..core.replies import json_line
 from ..events import SkippedEvent, ThreadDeletion, ThreadEvent, ThreadInfo, Undecoded
 
 # The console's statuses, and the Agent Protocol's name for each in the JSON API.
@@ -122,8 +122,9 @@ def _unsealed(value: Any) -> Any:
 
 
 def plain(value: Any) -> Any:
-    """A decoded value as JSON can hold it; ciphertext without the key says only what it is."""
-    return json.loads(json.dumps(_unsealed(value), default=jsonable, ensure_ascii=False))
+    """A decoded value as JSON can hold it (NaN and ±Infinity as None, which JSON responses
+    refuse); ciphertext without the key says only what it is."""
+    return json.loads(json_line(_unsealed(value)))
 
 
 def shown(value: Any) -> str:
