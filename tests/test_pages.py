@@ -92,7 +92,7 @@ def test_the_pages_of_a_long_operation_are_paced_like_its_slices(
 
     sync_saver._execute = execute  # type: ignore[method-assign]
     sync_saver.verify_chain("wide")
-    reads = [i for i, s in enumerate(steps) if isinstance(s, Call)]
+    reads = [i for i, s in enumerate(steps) if isinstance(s, (Call, Each))]
     assert len(reads) > 3
     assert all(isinstance(steps[i + 1], Pause) for i in reads)
     # a reader waits on history: its pages come without pauses

@@ -9,19 +9,21 @@ constant memory: the savers feed it their log pages (``saver.history``, ``saver.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import shutil
+import tempfile
+from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ..core.chain import Break, ChainCheck
 from ..core.config import thread_id_str
-from ..core.errors import InvalidInputError
+from ..core.errors import InvalidInputError, LogRewrittenError
 from ..core.flow import Call, Each, Entry, Flow, Items, Pace, consume, expand_items
 from ..core.keys import ThreadKeys
 from ..core.nodes import SendTargets
-from ..core.pages import LogPages
+from ..core.pages import REWRITE_RESTARTS, LogPages
 from ..core.stream_ids import is_entry_id
 from ..events import SkippedEvent, ThreadDeletion, ThreadEvent
 from ..tailing.decode import decode_event, entries
@@ -30,6 +32,11 @@ from .exports import ExportWriter as ExportWriter
 from .timeline import Timeline
 
 __all__ = ["Break", "ChainCheck", "LogSource", "export", "latest"]
+
+T = TypeVar("T")
+# an export's section of one thread is kept in memory up to this, then in a temporary file, until
+# it is whole: a log rewritten under the export starts the section again
+_SPOOL_BYTES = 1024 * 1024
 
 
 class LogSource(Protocol):
@@ -41,16 +48,39 @@ class LogSource(Protocol):
 
     def keys(self, thread_id: str) -> ThreadKeys: ...
 
-    def log_entries(self, thread_id: str) -> Items[Entry]: ...
+    def log_entries(self, thread_id: str) -> Items[Entry]:
+        """The whole log, in pages of one version of it (``LogRewrittenError`` otherwise)."""
+        ...
 
     def deletion_entries(self, thread_id: str) -> Items[Entry]: ...
 
     def references(self, thread_id: str) -> Flow[list[str] | None]: ...
 
 
+def _once(thread_id: str, read: Callable[[], Flow[T]]) -> Flow[T]:
+    """``read()``'s result, read again from the start when the thread's log was rewritten
+    under it (a compaction, a deletion), at most REWRITE_RESTARTS times: for reads that hand
+    nothing over before they end."""
+    for restart in range(REWRITE_RESTARTS + 1):
+        try:
+            return (yield from read())
+        except LogRewrittenError as exc:
+            if restart == REWRITE_RESTARTS:
+                raise LogRewrittenError(
+                    f"thread {thread_id!r}: its log was rewritten {restart + 1} times while it "
+                    f"was read ({exc}); read it again when it is compacted less often (a "
+                    f"keep_last saver compacts it every few puts)",
+                    exc.key,
+                ) from exc
+    raise AssertionError("unreachable")
+
+
 def history(
     ops: LogSource, thread_id: str, serde: SerializerProtocol, values: bool
 ) -> Items[ThreadEvent | SkippedEvent]:
+    """The thread's events as a person reads them, streamed as the log's pages come: what was
+    handed over cannot be taken back, so a log rewritten under it raises
+    ``LogRewrittenError`` rather than go on in another log."""
     timeline: Timeline[None] = Timeline(serde, values=values)
     log = ops.keys(thread_id_str(thread_id, "thread_id")).log
 
@@ -79,14 +109,31 @@ def page(
         raise InvalidInputError(
             f"before must be an event id like '1717000000000-0' (an event's id), got {before!r}"
         )
-    log = ops.keys(thread_id_str(thread_id, "thread_id")).log
+    thread_id = thread_id_str(thread_id, "thread_id")
+    log = ops.keys(thread_id).log
     end = "+" if before is None else f"({before}"
-    # a caller waits for it: pages sized to a slice (10,000 events in one XREVRANGE would hold
-    # every tenant for ~18 ms), without the pauses between them
-    pages = LogPages(log, ops.slice_ms, Pace(0), end, newest_first=True, most=limit + 1)
-    newest_first: list[tuple[str, dict[bytes, bytes] | None]] = []
-    while page := (yield from pages.next()):
-        newest_first += entries(page)
+
+    def read() -> Flow[tuple[list[tuple[str, dict[bytes, bytes] | None]], str]]:
+        # a caller waits for it: pages sized to a slice (10,000 events in one XREVRANGE would
+        # hold every tenant for ~18 ms), without the pauses between them
+        pages = LogPages(
+            log, ops.slice_ms, Pace(0), end, newest_first=True, most=limit + 1, one_version=True
+        )
+        found: list[tuple[str, dict[bytes, bytes] | None]] = []
+        while page := (yield from pages.next()):
+            found += entries(page)
+        return found, pages.first or ""
+
+    newest_first, first = yield from _once(thread_id, read)
+    if before is not None and first and _id_key(before) < _id_key(first):
+        # ``before`` is an id of a log that is gone: every id of the one now holding the
+        # thread sorts after it, so its "older" events would read as none
+        raise LogRewrittenError(
+            f"thread {thread_id!r}: event {before} is not in its log, which now begins at "
+            f"{first}: the log was compacted or deleted after that page was read; read the "
+            f"newest page again (before=None)",
+            log,
+        )
     timeline: Timeline[None] = Timeline(serde)
     ready = [
         found
@@ -125,8 +172,14 @@ def verify_chain(ops: LogSource, thread_id: str) -> Flow[ChainCheck]:
     """The log's digest chain, and every reference its events make (one script, the same
     check as ``verify``'s): an intact chain over a log whose events point nowhere is no proof
     the trail is whole."""
-    check = ChainCheck()
-    yield from consume(ops.log_entries(thread_id), lambda e: check.add(*e))
+
+    def read() -> Flow[ChainCheck]:
+        check = ChainCheck()
+        yield from consume(ops.log_entries(thread_id), lambda e: check.add(*e))
+        return check
+
+    # a chain read across a rewrite would join two logs, and report the seam as tampering
+    check = yield from _once(thread_id, read)
     references = yield from ops.references(thread_id)
     if references is None:
         check.unchecked = (
@@ -158,8 +211,33 @@ def deletions(ops: LogSource, thread_id: str) -> Flow[list[ThreadDeletion]]:
 
 
 def export(ops: LogSource, writer: ExportWriter, thread_ids: Iterable[str]) -> Flow[int]:
+    """Each thread's section (its deletions, its events, its end) is written to ``writer``'s
+    stream once whole: a log rewritten under its pages (a compaction, ``keep_last``'s puts, a
+    deletion) starts the section again on the new log, so the file never joins two logs (which
+    ``audit verify --file`` would rightly report as tampered)."""
+    out = writer.out
     for thread_id in thread_ids:
-        writer.begin(thread_id, (yield from deletions(ops, thread_id)))
-        yield from consume(ops.log_entries(thread_id), writer.entry)
-        writer.end()
+        before = writer.events
+
+        def section(thread_id: str = thread_id, before: int = before) -> Flow[None]:
+            writer.events = before
+            writer.out.seek(0)
+            writer.out.truncate()
+            writer.begin(thread_id, (yield from deletions(ops, thread_id)))
+            yield from consume(ops.log_entries(thread_id), writer.entry)
+            writer.end()
+
+        with tempfile.SpooledTemporaryFile(_SPOOL_BYTES, "w+", encoding="utf-8") as spool:
+            writer.out = spool  # type: ignore[assignment]
+            try:
+                yield from _once(thread_id, section)
+            finally:
+                writer.out = out
+            spool.seek(0)
+            shutil.copyfileobj(spool, out)
     return writer.events
+
+
+def _id_key(entry_id: str) -> tuple[int, int]:
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)

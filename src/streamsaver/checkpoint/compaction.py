@@ -6,6 +6,7 @@ past ``keep_last`` run; ``delete_for_runs`` runs the same slices without the run
 from __future__ import annotations
 
 import secrets
+import time
 from typing import Any
 
 from redis.exceptions import OutOfMemoryError
@@ -13,7 +14,7 @@ from redis.exceptions import OutOfMemoryError
 from ..core.flow import Call, Each, Eval, Flow, Pace
 from ..core.keys import compact_keys
 from ..core.replies import as_text
-from .state import SLICE_RESTARTS, State
+from .state import SLICE_RESTARTS, TAIL_BUDGET_MOST, TAIL_CALLS_MOST, State
 
 __all__ = ["Compaction"]
 
@@ -45,18 +46,25 @@ class Compaction(State):
         scratch = compact_keys(keys)
         token, pace = secrets.token_hex(8), Pace(self.slice_pause)
         start, restarts = True, 0
-        while restarts <= SLICE_RESTARTS:
+        # the tail's catching up (state.py's TAIL_BUDGET_MOST): this call's budget, the calls
+        # that did not gain on the writers, and how far behind the last tail call ended (ms)
+        budget, behind, lag = self.slice_ms, 0, -1
+        while restarts <= SLICE_RESTARTS and behind <= TAIL_CALLS_MOST:
             args = (*self._appending_args(), keep, token, "start" if start else "")
             op = Eval(
                 "compact_slice",
                 (*self.appending(keys), *scratch),
-                (*args, self.slice_events, f"{self.slice_ms:g}", *deleting),
+                (*args, self.slice_events, f"{budget:g}", *deleting),
                 write=True,
             )
             if start:
                 # pipelined, so a refusal is a value: the first slice, one unit of work, is the
                 # first to write, and never the last (lua/checkpoint/compact_slice.lua)
                 (reply,) = yield from self._slice(Each((op,)), pace)
+            elif budget > self.slice_ms:
+                # behind a writer: at once, as every pause lets it append more
+                reply = yield op
+                pace.since = time.perf_counter()
             else:
                 # alone, so a durability mode waits after it: the swap is acknowledged as any write
                 # is
@@ -69,13 +77,21 @@ class Compaction(State):
                 break
             if reply[0] == b"delta":
                 return reply
-            state, fresh, removed, deleted = reply
+            state, fresh, removed, deleted, *more = reply
             if int(fresh) and not start:
                 # another compaction or a deletion rewrote the log under the slices
                 restarts += 1
             start = False
             if as_text(state) == "done":
                 return int(removed), int(deleted)
+            if len(more) == 2 and more[0] == b"tail" and int(fresh) == 0:
+                now = int(more[1])
+                if lag >= 0 and now >= lag:
+                    behind += 1
+                    budget = min(budget * 2, self.slice_ms * TAIL_BUDGET_MOST)
+                lag = now
+            else:
+                budget, lag = self.slice_ms, -1
         # as before slices existed, rather than never finishing
         yield Call(("UNLINK", *scratch), write=True)
         return None

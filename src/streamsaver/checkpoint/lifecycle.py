@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import re
+import secrets
 from collections.abc import Sequence
 
 import ormsgpack
@@ -12,12 +13,17 @@ import ormsgpack
 from ..core.chain import CHAIN_FIELDS
 from ..core.codec import Field
 from ..core.config import thread_id_str
-from ..core.errors import CorruptIndexError, InvalidInputError
+from ..core.errors import (
+    CorruptIndexError,
+    InvalidInputError,
+    LogRewrittenError,
+    StreamSaverError,
+)
 from ..core.feeds import audit_of_log
 from ..core.fields import SHARED
 from ..core.flow import Call, Eval, Flow, Pace
 from ..core.keys import ThreadKeys
-from ..core.pages import LogPages
+from ..core.pages import REWRITE_RESTARTS, LogPages
 from ..core.replies import as_text
 from ..core.stream_ids import is_entry_id
 from .compaction import Compaction
@@ -29,6 +35,9 @@ _WRITES_KEPT = 200
 # one import script's most events and bytes (copy_thread)
 _IMPORT_EVENTS = 50
 _IMPORT_BYTES = 256 * 1024
+# how long an abandoned copy's scratch keys stay after its last import (a copy that lands
+# renames or deletes them)
+_SCRATCH_MS = 3600 * 1000
 # how long the keys of a deleted thread, never used again, keep refusing writes that continue its
 # deleted history (lua/checkpoint/delete_thread.lua); a thread that uses the id again keeps that for
 # good
@@ -106,6 +115,13 @@ class Lifecycle(Compaction):
                 return upto
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> Flow[int]:
+        """Copy the source's log to the target: all of one version of it, or nothing. The
+        source is read in pages, each checked to come from the log the first came from
+        (``core.pages.LogPages``), and imported into scratch keys in the target's slot; a
+        source compacted or deleted under the pages starts the copy again on its new log
+        (REWRITE_RESTARTS times at most, then ``LogRewrittenError``, nothing written). The
+        whole copy then becomes the target in one call (lua/checkpoint/copy_land.lua), or, if
+        the target has a log, is appended to it. Returns the events copied."""
         source = thread_id_str(source_thread_id, "source_thread_id")
         target = thread_id_str(target_thread_id, "target_thread_id")
         if source == target:
@@ -113,14 +129,40 @@ class Lifecycle(Compaction):
                 f"copy_thread({source!r}, {target!r}) names one thread twice; give a new target"
             )
         src, dst = self.keys(source), self.keys(target)
+        pace = Pace(self.slice_pause)
+        for restart in range(REWRITE_RESTARTS + 1):
+            scratch = _copy_keys(dst, secrets.token_hex(8))
+            try:
+                copied = yield from self._copy_pages(src, source, target, scratch, pace)
+            except LogRewrittenError as exc:
+                yield Call(("UNLINK", *scratch), write=True)
+                if restart == REWRITE_RESTARTS:
+                    raise LogRewrittenError(
+                        f"copy_thread({source!r}, {target!r}): the source's log was rewritten "
+                        f"(compacted or deleted) {restart + 1} times while it was copied; "
+                        f"nothing was written to {target!r}. Copy it again when it is compacted "
+                        f"less often (a keep_last saver compacts it every few puts)",
+                        exc.key,
+                    ) from exc
+                continue
+            except StreamSaverError:
+                # nothing of a refused copy reaches the target
+                yield Call(("UNLINK", *scratch), write=True)
+                raise
+            return (yield from self._land(dst, scratch, copied, pace))
+        raise AssertionError("unreachable")
+
+    def _copy_pages(
+        self, src: ThreadKeys, source: str, target: str, scratch: ThreadKeys, pace: Pace
+    ) -> Flow[int]:
+        """The source's log, one version of it, imported into ``scratch``."""
         target_b = target.encode()
         copied, fit = 0, 8
         # the latest writes events seen: the parts of the checkpoints after them name their bytes
         writes: dict[str, dict[bytes, bytes]] = {}
         # one page at a time: the threads live in different slots, so no single script can see
-        # both; every page appended is consistent on its own
-        pace = Pace(self.slice_pause)
-        pages = LogPages(src.log, self.slice_ms, pace)
+        # both; every page imported is consistent on its own, and of the same log as the others
+        pages = LogPages(src.log, self.slice_ms, pace, one_version=True)
         while True:
             entries = yield from pages.next()
             if not entries:
@@ -130,57 +172,85 @@ class Lifecycle(Compaction):
             for entry_id, fields in entries:
                 eid = as_text(entry_id)
                 kind = fields.get(b"k")
+                if kind == b"thread_deleted":
+                    # the source's own deletion, first in its log: what a deleted and reused
+                    # source holds is the history after it (lua/checkpoint/import.lua)
+                    continue
                 if kind == b"checkpoint":
-                    fields = yield from self._unshared(source, eid, fields, writes)
+                    fields = yield from self._unshared(source, eid, fields, writes, pages)
                 elif kind == b"writes":
                     writes[eid] = fields
                     if len(writes) > _WRITES_KEPT:
                         del writes[next(iter(writes))]
-                # the event's fields flat, as checkpoint/import.lua takes them: every field but the
-                # chain's (the copies are chained anew), whose thread and what it copies in
-                # place of the source's own, if it has them (a copy of a copy), else last
-                own = {b"thread": target_b, b"copy_of": _copy_of(source, eid)}
-                flat: list[Field | int] = [0]
-                for k, v in fields.items():
-                    if k not in CHAIN_FIELDS:
-                        flat += (k, own.pop(k, v))
-                for k, v in own.items():
-                    flat += (k, v)
-                flat[0] = len(flat) - 1
+                # every field but the chain's (the copies are chained anew), whose thread and
+                # what it copies in place of the source's own, if it has them (a copy of a
+                # copy), else last
+                flat = _flat(fields, {b"thread": target_b, b"copy_of": _copy_of(source, eid)})
                 weight = sum(map(len, flat[1:]))  # type: ignore[arg-type]
                 if page and (len(page) >= _IMPORT_EVENTS or size + weight > _IMPORT_BYTES):
                     # each import is one script: bounded in events and bytes, and it stops
                     # after slice_ms, whatever the log holds
-                    took, fit = yield from self._import(dst, page, fit, pace)
+                    took, fit = yield from self._import(scratch, page, fit, pace)
                     copied += took
                     page, size = [], 0
                 page.append(flat)
                 size += weight
-            took, fit = yield from self._import(dst, page, fit, pace)
+            took, fit = yield from self._import(scratch, page, fit, pace)
             copied += took
+
+    def _land(self, dst: ThreadKeys, scratch: ThreadKeys, copied: int, pace: Pace) -> Flow[int]:
+        """The copy in ``scratch`` made the target's: swapped in whole when the target has no
+        log, else appended to it, a page at a time."""
+        keys = (*self.appending(dst), *scratch)
+        mode, at, upto = "swap", "", ""
+        while True:
+            args = (*self._appending_args(), self.ttl_ms, f"{self.slice_ms:g}", mode, at, upto)
+            op = Eval("copy_land", keys, args, write=True)
+            reply = yield from self._slice(op, pace)
+            state = as_text(reply[0])
+            if state == "done":
+                return copied
+            if state == "exists":
+                break
+            mode, at, upto = "announce", as_text(reply[1]), as_text(reply[2])
+        # a live target (or a deleted one's record): the copy's events follow its own, as
+        # imports (each one checked against the target as a write would be)
+        merged, fit = 0, 8
+        pages = LogPages(scratch.log, self.slice_ms, pace)
+        while entries := (yield from pages.next()):
+            page = [_flat(fields) for _, fields in entries]
+            took, fit = yield from self._import(dst, page, fit, pace, scratch=False)
+            merged += took
+        yield Call(("UNLINK", *scratch), write=True)
+        return merged
 
     def _import(
         self,
-        dst: ThreadKeys,
+        keys: ThreadKeys,
         page: list[list[Field | int]],
         fit: int,
         pace: Pace,
+        scratch: bool = True,
     ) -> Flow[tuple[int, int]]:
-        """Append ``page``'s events to ``dst`` in slices: each call takes what fits its budget.
-        A call is sent ``fit`` events, one more than the last one took, not the page's rest:
-        the server converts every argument before the script starts, outside its budget, and
-        the client would encode the rest again for each call. Returns (appended, next fit)."""
+        """Append ``page``'s events to ``keys``' thread in slices: each call takes what fits its
+        budget. A call is sent ``fit`` events, one more than the last one took, not the page's
+        rest: the server converts every argument before the script starts, outside its budget,
+        and the client would encode the rest again for each call. ``scratch``: keys of no
+        thread yet, announced nowhere, that expire unless the copy lands. Returns (appended,
+        next fit)."""
         done = 0
+        if scratch:
+            at: tuple[str, ...] = tuple(keys)
+            head: list[Field | int] = [0, self._appending_args()[1], _SCRATCH_MS]
+        else:
+            at = self.appending(keys)
+            head = [*self._appending_args(), self.ttl_ms]
         while done < len(page):
-            args: list[Field | int] = [
-                *self._appending_args(),
-                self.ttl_ms,
-                f"{self.slice_ms:g}",
-            ]
+            args: list[Field | int] = [*head, f"{self.slice_ms:g}"]
             sent = page[done : done + fit]
             for event in sent:
                 args += event
-            op = Eval("import", self.appending(dst), args, write=True)
+            op = Eval("import", at, args, write=True)
             took = int((yield from self._slice(op, pace)))
             done += took
             # one more than it took, or twice as many once a call takes all it was sent
@@ -193,6 +263,7 @@ class Lifecycle(Compaction):
         entry_id: str,
         fields: dict[bytes, bytes],
         writes: dict[str, dict[bytes, bytes]],
+        pages: LogPages,
     ) -> Flow[dict[bytes, bytes]]:
         """A checkpoint event's fields with every part that names a write of its own log
         replaced by the bytes it names: a copy lives in another log, with other event ids.
@@ -202,7 +273,6 @@ class Lifecycle(Compaction):
         if not shared:
             # the usual case: nothing to replace (unshared() passes other values as they are)
             return fields
-        log = self.keys(thread_id).log
         for name in shared:
             eid = _shared_event(fields[name])
             if eid is None:
@@ -212,7 +282,8 @@ class Lifecycle(Compaction):
                     f"it (`streamsaver verify` lists every such reference)"
                 )
             if eid not in writes:
-                found = yield Call(("XRANGE", log, eid, eid))
+                # from the same version of the log as the pages, or LogRewrittenError
+                found = yield from pages.entry(eid)
                 # only a writes event's bytes can be named
                 writes[eid] = found[0][1] if found and found[0][1].get(b"k") == b"writes" else {}
         try:
@@ -263,6 +334,27 @@ def _shared_event(raw: bytes) -> str | None:
 
 def _is_value(name: bytes) -> bool:
     return name[:1] == b"b" and name[1:].isdigit()
+
+
+def _flat(fields: dict[bytes, bytes], own: dict[bytes, bytes] | None = None) -> list[Field | int]:
+    """An event's fields flat, as lua/checkpoint/import.lua takes them: its field count, then
+    every field but the chain's, those in ``own`` in place of its own (or after them)."""
+    own = dict(own or {})
+    flat: list[Field | int] = [0]
+    for k, v in fields.items():
+        if k not in CHAIN_FIELDS:
+            flat += (k, own.pop(k, v))
+    for k, v in own.items():
+        flat += (k, v)
+    flat[0] = len(flat) - 1
+    return flat
+
+
+def _copy_keys(dst: ThreadKeys, token: str) -> ThreadKeys:
+    """Where a copy is built before it becomes the target's (lua/checkpoint/copy_land.lua): the
+    target's slot, a name of its own per copy, none ending in ``:log`` (no SCAN for logs finds
+    them)."""
+    return ThreadKeys(*(f"{key}:copy:{token}" for key in dst))
 
 
 def _copy_of(source: str, entry_id: bytes | str) -> bytes:

@@ -167,9 +167,9 @@ class Replaying(State):
 
     def log_entries(self, thread_id: str) -> Items[Entry]:
         """A thread's whole log, one page of XRANGE at a time: any length streams through in
-        constant memory."""
+        constant memory. A log rewritten between pages raises ``LogRewrittenError``."""
         log = self.keys(thread_id_str(thread_id, "thread_id")).log
-        pages = LogPages(log, self.slice_ms, Pace(self.slice_pause))
+        pages = LogPages(log, self.slice_ms, Pace(self.slice_pause), one_version=True)
         while page := (yield from pages.next()):
             for entry_id, fields in page:
                 yield Emit((as_text(entry_id), [(_b(k), _b(v)) for k, v in fields.items()]))

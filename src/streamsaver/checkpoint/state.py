@@ -22,10 +22,20 @@ from .projections import threads_by_slot
 if TYPE_CHECKING:
     from .projections import Projections
 
-__all__ = ["SLICE_RESTARTS", "State"]
+__all__ = ["SLICE_RESTARTS", "TAIL_BUDGET_MOST", "TAIL_CALLS_MOST", "State"]
 
 # slices of a long operation that found its log rewritten under it before it gives up slicing
 SLICE_RESTARTS = 3
+# A compaction's last phase copies what writers appended since its first slice (its tail), and
+# swaps the new log in once it has caught up. Paced slices copy a few events each (~40 us an
+# event here), so a writer appending a few thousand events a second stays ahead for good. A
+# tail call that did not gain on the writers is followed by the next at once, without the pause,
+# with twice the last one's budget, up to TAIL_BUDGET_MOST times slice_ms: while a script runs
+# no writer appends, so each call gains more than the writers add in the round trip between.
+# After TAIL_CALLS_MOST such calls still behind, the compaction gives up slicing and finishes in
+# one script (lua/checkpoint/compact.lua), as after SLICE_RESTARTS rewrites (docs/retention.md).
+TAIL_BUDGET_MOST = 8
+TAIL_CALLS_MOST = 200
 
 
 class State:

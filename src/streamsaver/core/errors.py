@@ -18,7 +18,8 @@ StreamSaverError
 │   │   └── DataLostError               ... because the log lacks it: no rebuild helps
 │   ├── MissingIndexError               the log is there, its indexes are gone: rebuild them
 │   ├── MissingValueError               a checkpoint names a channel value nothing stores
-│   └── DanglingVersionError            a put names a channel value nothing stores (refused)
+│   ├── DanglingVersionError            a put names a channel value nothing stores (refused)
+│   └── LogRewrittenError               a log was compacted or deleted under a paged read
 └── InvalidUsageError (RuntimeError)    a call made where it cannot work
     └── SyncOnLoopError                 a sync call of an async saver or store on its event
                                         loop; an ``asyncio.InvalidStateError`` too
@@ -48,6 +49,7 @@ __all__ = [
     "InvalidConfigError",
     "InvalidInputError",
     "InvalidUsageError",
+    "LogRewrittenError",
     "MissingIndexError",
     "MissingValueError",
     "NoPersistenceWarning",
@@ -273,6 +275,18 @@ class DanglingVersionError(IntegrityError):
     """A ``put`` was refused, nothing written: its checkpoint's ``channel_versions`` names a
     (channel, version) that is neither in its ``new_versions`` nor stored in the thread and
     namespace. The history the writer continues is gone; reload the thread or start afresh."""
+
+
+class LogRewrittenError(IntegrityError):
+    """A read of a log in pages (a copy, an export, history, a verification) found it rewritten
+    between two pages by a compaction (``prune``, ``keep_last``, ``delete_for_runs``) or a
+    deletion, and could not start again on the new log (it had handed over part of the old
+    one, or the log kept being rewritten). What it read is one version of the log, never two;
+    a copy wrote nothing. The message names the thread; read it again."""
+
+    def __init__(self, message: str, key: str = "") -> None:
+        super().__init__(message)
+        self.key = key
 
 
 class NoPersistenceWarning(UserWarning):

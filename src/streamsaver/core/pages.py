@@ -6,13 +6,23 @@ of the saver's events held Redis 7.0 for 0.32 ms, 500 for ~0.8 ms, and an entry 
 costs four times one of 10. ``LogPages`` sizes each page from the last one's entries, fields
 and bytes, so a page costs about the slice budget whatever the events look like, and paces them as a
 long operation's slices are (``core.flow.Pace``).
+
+A log may be rewritten between two pages: a compaction (``prune``, ``keep_last``,
+``delete_for_runs``) or a deletion replaces it with a new one, whose first entry's id sorts after
+every id of the old (lua/shared/slice.lua's ``first_entry_id``, lua/checkpoint/compact_slice.lua's
+'fresh' check). So a reader that must see one version of the log (DESIGN.md, principle 14) reads
+the log's first id after each page, in the same round trip: the same id as before its first page
+means no rewrite came before that read, so none before the page either (ids of a rewritten log
+only grow: the old first id never comes back). A different one raises ``LogRewrittenError``;
+the reader restarts on the new log or lets it go to its caller.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from .flow import Call, Flow, Pace
+from .errors import LogRewrittenError
+from .flow import Call, Each, Flow, Pace
 from .replies import as_text
 
 # the server's µs to put a stream entry in an XRANGE reply, by entry, field-value pair and KiB
@@ -26,6 +36,10 @@ FIRST_COUNT, MOST_COUNT = 20, 1000
 # a reply past a few hundred KiB costs more per byte (its buffers grow): 100 entries of 40 KB
 # took 28 µs each, 20 of them 4.4 µs each
 MOST_BYTES = 256 * 1024
+# how often a reader that has handed nothing over yet starts again on a log rewritten under it
+# before it gives up (``LogRewrittenError``): each rewrite is a whole compaction or deletion, so
+# more than a few in one read means a writer that compacts on every put (``keep_last``)
+REWRITE_RESTARTS = 5
 
 Page = list[tuple[Any, Any]]
 
@@ -58,7 +72,9 @@ class LogPages:
     """The entries of stream ``key`` after ``start`` (``"-"``: from the first; newest first
     from before ``start``, ``"+"`` the last, with ``newest_first``), a page per ``next()``,
     each sized to ``budget_ms`` and followed by ``pace``'s pause, ``most`` entries in all at
-    most. ``next()`` returns an empty page once read."""
+    most. ``next()`` returns an empty page once read. ``one_version``: each page is checked
+    to come from the log the first one came from, else ``next()`` raises
+    ``LogRewrittenError`` (see above)."""
 
     def __init__(
         self,
@@ -69,11 +85,15 @@ class LogPages:
         *,
         newest_first: bool = False,
         most: int | None = None,
+        one_version: bool = False,
     ) -> None:
         self.key, self.budget_ms, self.pace = key, budget_ms, pace
         self.newest_first, self.left = newest_first, most
         self.start = start or ("+" if newest_first else "-")
         self.count, self.done = FIRST_COUNT, False
+        self.one_version = one_version
+        # the log's first entry id when the first page was read ('' empty); None before it
+        self.first: str | None = None
 
     def next(self) -> Flow[Page]:
         if self.done:
@@ -83,7 +103,10 @@ class LogPages:
             read: tuple[str | int, ...] = ("XREVRANGE", self.key, self.start, "-", "COUNT", count)
         else:
             read = ("XRANGE", self.key, self.start, "+", "COUNT", count)
-        page: Page = yield Call(read)
+        if self.one_version:
+            page = yield from self._checked(read)
+        else:
+            page = yield Call(read)
         yield from self.pace.rest()
         if self.left is not None:
             self.left -= len(page)
@@ -94,3 +117,38 @@ class LogPages:
             self.start = "(" + as_text(last)
             self.count = next_count(page, self.budget_ms)
         return page
+
+    def entry(self, entry_id: str) -> Flow[Page]:
+        """Entry ``entry_id`` alone (``[]`` if the log has none), from the version of the log
+        the pages come from when they are ``one_version``."""
+        read = ("XRANGE", self.key, entry_id, entry_id)
+        if not self.one_version:
+            found: Page = yield Call(read)
+            return found
+        return (yield from self._checked(read))
+
+    def _checked(self, read: tuple[str | int, ...]) -> Flow[Page]:
+        """``read``'s page, with the log's first id read after it in the same round trip (and
+        before it too, for the first page: the version every later page is compared with)."""
+        first = Call(("XRANGE", self.key, "-", "+", "COUNT", 1))
+        ops = (first, Call(read), first) if self.first is None else (Call(read), first)
+        replies = yield Each(ops)
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        ids = [_first_id(r) for r in (replies[::2] if self.first is None else replies[1:])]
+        if self.first is None:
+            self.first = ids[0]
+        if any(i != self.first for i in ids):
+            raise LogRewrittenError(
+                f"the log {self.key!r} was rewritten (compacted or deleted) while it was read "
+                f"in pages: it began with entry {self.first or '(none)'}, now with "
+                f"{ids[-1] or '(none)'}",
+                self.key,
+            )
+        page: Page = replies[-2]
+        return page
+
+
+def _first_id(reply: Page) -> str:
+    return as_text(reply[0][0]) if reply else ""

@@ -50,6 +50,7 @@ _ENTRIES: dict[str, tuple[str, ...]] = {
         "verify_slice.lua",
     ),
     "import": ("slice.lua", *_WRITE, "import.lua"),
+    "copy_land": ("slice.lua", "common.lua", "copy_land.lua"),
     "prune": (*_COMPACT, "prune.lua"),
     "compact_slice": ("slice.lua", *_COMPACT, "compact_slice.lua"),
     # the Store's (store/store.lua holds its one projection)

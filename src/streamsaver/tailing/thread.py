@@ -56,6 +56,13 @@ class _Reader:
             self.on_skip(skipped)
 
 
+def _first_id(reply: object) -> str:
+    if isinstance(reply, Exception):
+        raise reply
+    found = entries(reply)
+    return found[0][0] if found else ""
+
+
 # --- one thread ------------------------------------------------------------------------------
 
 
@@ -85,9 +92,19 @@ class ThreadTail(_Reader):
         self.block_ms = _positive(block_ms, "block_ms")
         self.count = _positive(count, "count")
         self.position: str | None = None if self.after == "$" else self.after
+        # the log's first entry id when its end was read (follow=False): another one means it
+        # was rewritten since (core/pages.py)
+        self.first = ""
 
     def _last(self) -> Step:
-        (reply,) = yield Batch((("XREVRANGE", self.log, "+", "-", "COUNT", 1),))
+        """The log's last id ("0-0" if none); and, for a tail that ends there, its first,
+        kept in ``first``."""
+        last_read = ("XREVRANGE", self.log, "+", "-", "COUNT", 1)
+        if self.follow:
+            (reply,) = yield Batch((last_read,))
+        else:
+            reply, head = yield Batch((last_read, ("XRANGE", self.log, "-", "+", "COUNT", 1)))
+            self.first = _first_id(head)
         last = entries(_check(reply))
         return last[0][0] if last else "0-0"
 
@@ -119,9 +136,20 @@ class ThreadTail(_Reader):
             else:
                 if _id_key(pos) >= _id_key(end):
                     return
-                (reply,) = yield Batch((("XRANGE", self.log, "(" + pos, end, "COUNT", self.count),))
+                reply, head = yield Batch(
+                    (
+                        ("XRANGE", self.log, "(" + pos, end, "COUNT", self.count),
+                        ("XRANGE", self.log, "-", "+", "COUNT", 1),
+                    )
+                )
                 batch = entries(_check(reply))
-                if not batch:
+                if _first_id(head) != self.first:
+                    # rewritten (compacted, deleted) since the end was read: the new log's ids
+                    # all follow the old one's, so the old end would stop it short, silently.
+                    # It goes on as a follow tail does, after its position in the new log: the
+                    # tombstone, then copies naming their originals (docs/retention.md)
+                    end = yield from self._last()
+                elif not batch:
                     return
             decoded = [(decode_event(self.codec, self.log, i, f or {}), i) for i, f in batch]
             for item, entry_id in name_batch(self.sends, decoded):

@@ -30,7 +30,10 @@
 -- the check began whose DeltaChannels read a dropped one's writes is refused: the scratch
 -- keys are dropped and nothing was written (checkpoint/delete_runs.lua's refusal).
 -- Returns {'more' or 'done', 1 if it (re)started from the beginning else 0, entries removed,
--- checkpoints deleted}, or a refusal.
+-- checkpoints deleted, and for 'more' the phase it stopped in and, in the 'tail' phase (copying
+-- what writers appended since the first slice), how many ms behind them it is: the caller gives
+-- tail calls that do not gain on the writers more budget and no pause (checkpoint/compaction.py)},
+-- or a refusal.
 local log, ix, ptr, feed = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local nl, nx, np, st, plan = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local keep, token, most, budget = tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[6]), tonumber(ARGV[7])
@@ -421,4 +424,11 @@ if not going then
 end
 s.h = heads[nl]
 save_slice(st, s, {nl, nx, np, st, plan})
-return {'more', fresh, 0, 0}
+-- in the tail, how far behind the writers it is: the ms since the event at its cursor was appended
+local lag = ''
+if s.phase == 'tail' then
+  local now = redis.call('TIME')
+  lag = string.format('%d', tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) -
+    tonumber(string.match(s.pc, '^(%d+)')))
+end
+return {'more', fresh, 0, 0, s.phase, lag}

@@ -9,6 +9,12 @@
 -- extends a version the target does not hold (the source's log is damaged: its own rebuild skips
 -- the event) is an error naming the source's event, raised before that event is appended: a copy is
 -- refused, as a write would be, rather than carried over unprojected.
+-- A 'thread_deleted' event is refused: it belongs to the source's id (it keeps the source's old
+-- workers from continuing its deleted history), and imported it would mark the target deleted,
+-- vanishing from every list while its checkpoints still read. copy_thread copies a deleted and
+-- reused source's history after it, never it. A 'pruned' tombstone is imported: a copy of a
+-- compacted source starts with it, so its kept checkpoints' missing parents read as trimmed, as
+-- in the source (copy_thread reads one version of the source, so it is only ever its first).
 -- a copy into a deleted thread's id is a thread of its own (checkpoint/projection.lua's
 -- reuse_deleted())
 local deleted = redis.call('HEXISTS', KEYS[3], 'd') == 1
@@ -21,6 +27,12 @@ while i <= #ARGV and (n == 0 or not over(budget)) do
     ev[j] = ARGV[i + j]
   end
   local f = fields_of(ev)
+  if f.k == 'thread_deleted' then
+    expire_thread(KEYS[1], {KEYS[2], KEYS[3]}, ARGV[3])
+    return redis.error_reply('STREAMSAVER_MALFORMED a thread_deleted event cannot be imported: ' ..
+      'it would mark the target deleted (' .. n .. ' events of this page copied); copy_thread ' ..
+      'copies what a deleted source holds after it')
+  end
   local nv = f.k == 'checkpoint' and checkpoint_shape(f)
   local why = nv and value_refs(KEYS[1], KEYS[3], f, nv)
   if why then
