@@ -1,0 +1,129 @@
+"""LangGraph's own tests, from the sdist of the installed ``langgraph``, run with streamsaver as
+a checkpointer (tests/langgraph_plugin.py): their bodies unchanged, in a pytest subprocess.
+
+The sdist is fetched with ``pip download`` (its index, so a mirror works too) and unpacked into
+a cache directory (``STREAMSAVER_LANGGRAPH_HOME``, default ``~/.cache/streamsaver/langgraph``),
+one folder per version, so only the first run downloads (~800 KB). A machine that cannot fetch
+it fails the tests that need it, saying why: they never skip.
+
+By hand, every file LangGraph ships, streamsaver's runs only, on a throwaway server::
+
+    python -m tests.langgraph_suite              # or: ... tests/test_pregel.py -x
+    python -m tests.langgraph_suite --fetch      # only fetch the sdist, print where it is
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from importlib.metadata import version
+from pathlib import Path
+
+__all__ = ["Outcome", "fetch", "run"]
+
+_HERE = Path(__file__).resolve().parent
+
+
+def _home() -> Path:
+    default = Path.home() / ".cache" / "streamsaver" / "langgraph"
+    return Path(os.environ.get("STREAMSAVER_LANGGRAPH_HOME") or default)
+
+
+def fetch(wanted: str | None = None) -> Path:
+    """The unpacked sdist of langgraph ``wanted`` (default: the installed version)."""
+    wanted = wanted or version("langgraph")
+    home = _home()
+    root = home / f"langgraph-{wanted}"
+    if (root / "tests" / "conftest.py").exists():
+        return root
+    home.mkdir(parents=True, exist_ok=True)
+    download = home / f"download-{wanted}"
+    shutil.rmtree(download, ignore_errors=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check",
+         "--no-deps", "--no-binary", ":all:", "-d", str(download), f"langgraph=={wanted}"],
+        capture_output=True, text=True, check=False, timeout=300,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(
+            f"downloading the langgraph {wanted} sdist (its tests) failed: "
+            f"{(done.stderr or done.stdout).strip()[-800:]}"
+        )
+    (archive,) = download.glob("langgraph-*.tar.gz")
+    partial = home / f"langgraph-{wanted}.partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    with tarfile.open(archive) as tar:
+        tar.extractall(partial, filter="data")
+    (partial / f"langgraph-{wanted}").rename(root)
+    shutil.rmtree(partial, ignore_errors=True)
+    shutil.rmtree(download, ignore_errors=True)
+    return root
+
+
+@dataclass
+class Outcome:
+    """What the run reported, per test id (``file::name[params]``)."""
+
+    returncode: int
+    output: str
+    passed: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+
+
+def run(sdist: Path, redis_url: str, args: list[str], timeout: float = 900) -> Outcome:
+    """pytest over the sdist's tests with ``args`` (files, options), streamsaver's runs only."""
+    report = sdist / "streamsaver-junit.xml"
+    report.unlink(missing_ok=True)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(_HERE), os.environ.get("PYTHONPATH", "")]),
+        "STREAMSAVER_LANGGRAPH_REDIS_URL": redis_url,
+        # their Postgres and Redis-cache parameters need servers of their own
+        "NO_DOCKER": "true",
+    }
+    command = [
+        sys.executable, "-m", "pytest", "-p", "langgraph_plugin", "-p", "no:cacheprovider",
+        "-q", "-k", "streamsaver", f"--junitxml={report}", "-o", "junit_family=xunit1",
+        "-o", "asyncio_default_fixture_loop_scope=function", "--timeout=120", *args,
+    ]  # fmt: skip
+    done = subprocess.run(
+        command, cwd=sdist, env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
+    outcome = Outcome(done.returncode, done.stdout[-6000:] + done.stderr[-3000:])
+    if report.exists():
+        for case in ET.parse(report).getroot().iter("testcase"):
+            name = f"{case.get('file')}::{case.get('name')}"
+            if case.find("failure") is not None or case.find("error") is not None:
+                outcome.failed.append(name)
+            elif case.find("skipped") is not None:
+                outcome.skipped.append(name)
+            else:
+                outcome.passed.append(name)
+    return outcome
+
+
+def main(argv: list[str]) -> int:
+    from streamsaver.embedded import EmbeddedRedis
+
+    sdist = fetch()
+    if argv == ["--fetch"]:
+        print(sdist)
+        return 0
+    with EmbeddedRedis() as server:
+        outcome = run(sdist, server.url, argv or ["tests"], timeout=3600)
+    print(outcome.output)
+    print(
+        f"langgraph {version('langgraph')}: {len(outcome.passed)} passed, "
+        f"{len(outcome.failed)} failed, {len(outcome.skipped)} skipped"
+    )
+    return outcome.returncode
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
