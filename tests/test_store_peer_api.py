@@ -27,6 +27,11 @@ from streamsaver import (
     RedisStreamStore,
 )
 
+from . import store_servers
+from .store_servers import Target, drop
+
+target = store_servers.target  # the fixture: Redis 7, a 3-primary cluster, Valkey 9
+
 
 @pytest.fixture
 def store(redis_url: str, prefix: str) -> Iterator[RedisStreamStore]:
@@ -44,6 +49,25 @@ async def astore(redis_url: str, prefix: str) -> AsyncIterator[AsyncRedisStreamS
     await client.aclose()
 
 
+@pytest.fixture
+def any_store(target: Target, prefix: str) -> Iterator[RedisStreamStore]:
+    client = target.client()
+    yield RedisStreamStore(client, prefix=prefix)
+    drop(client, prefix)
+    client.close()
+
+
+@pytest.fixture
+async def any_astore(target: Target, prefix: str) -> AsyncIterator[AsyncRedisStreamStore]:
+    client = target.aclient()
+    store = AsyncRedisStreamStore(client, prefix=prefix)
+    yield store
+    await store.stop_ttl_sweeper()
+    await client.aclose()
+    with target.client() as sync:
+        drop(sync, prefix)
+
+
 def test_async_store_lifecycle_methods_are_coroutines() -> None:
     for name in ("setup", "sweep_ttl", "start_ttl_sweeper", "stop_ttl_sweeper"):
         assert inspect.iscoroutinefunction(getattr(AsyncRedisStreamStore, name)), name
@@ -59,7 +83,8 @@ async def _expired(store: AsyncRedisStreamStore, ns: tuple[str, ...], key: str) 
         await asyncio.sleep(0.01)
 
 
-async def test_async_setup_and_sweep_ttl(astore: AsyncRedisStreamStore) -> None:
+async def test_async_setup_and_sweep_ttl(any_astore: AsyncRedisStreamStore) -> None:
+    astore = any_astore
     await astore.setup()
     await astore.setup()  # idempotent, as the peers'
     await astore.aput(("s",), "gone", {"v": 1}, ttl=1 / 60_000)
@@ -73,8 +98,9 @@ async def test_async_setup_and_sweep_ttl(astore: AsyncRedisStreamStore) -> None:
 
 
 async def test_async_sweeper_is_a_task_stopped_with_a_result(
-    astore: AsyncRedisStreamStore,
+    any_astore: AsyncRedisStreamStore,
 ) -> None:
+    astore = any_astore
     # nothing to sweep on: a task already done, as AsyncPostgresStore returns
     idle = await astore.start_ttl_sweeper()
     assert isinstance(idle, asyncio.Task)
@@ -93,7 +119,8 @@ async def test_async_sweeper_is_a_task_stopped_with_a_result(
     assert task.done()
 
 
-def test_sync_sweeper_is_a_future_stopped_with_a_result(store: RedisStreamStore) -> None:
+def test_sync_sweeper_is_a_future_stopped_with_a_result(any_store: RedisStreamStore) -> None:
+    store = any_store
     future = store.start_ttl_sweeper(0.0005)
     assert isinstance(future, concurrent.futures.Future) and not future.done()
     assert store.start_ttl_sweeper(0.0005) is future
@@ -114,7 +141,10 @@ async def test_sweeper_interval_refused(
         RedisStreamStore(store._saver.client, ttl={"sweep_interval_minutes": interval})
 
 
-async def test_sync_call_on_the_loop_is_an_invalid_state(astore: AsyncRedisStreamStore) -> None:
+async def test_sync_call_on_the_loop_is_an_invalid_state(
+    any_astore: AsyncRedisStreamStore,
+) -> None:
+    astore = any_astore
     calls = [
         lambda: astore.put(("foo", "bar"), "baz", {"val": "baz"}),
         lambda: astore.get(("foo", "bar"), "baz"),
@@ -158,8 +188,9 @@ class _Frozen(Mapping[str, Any]):
 
 
 async def test_put_takes_any_mapping(
-    store: RedisStreamStore, astore: AsyncRedisStreamStore
+    any_store: RedisStreamStore, any_astore: AsyncRedisStreamStore
 ) -> None:
+    store, astore = any_store, any_astore
     store.put(("m",), "proxy", MappingProxyType({"a": 1}))
     store.put(("m",), "custom", _Frozen(b=[1, 2]))
     await astore.aput(("m",), "async", _Frozen(c="x"))
