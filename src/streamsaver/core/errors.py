@@ -274,7 +274,10 @@ class MissingValueError(IntegrityError):
 class DanglingVersionError(IntegrityError):
     """A ``put`` was refused, nothing written: its checkpoint's ``channel_versions`` names a
     (channel, version) that is neither in its ``new_versions`` nor stored in the thread and
-    namespace. The history the writer continues is gone; reload the thread or start afresh."""
+    namespace, and the checkpoint it continues is not in the thread either (or it names
+    none). The history the writer continues is gone; reload the thread or start afresh.
+    Under a parent the thread holds, such a channel is one LangGraph renamed, keeping its
+    version, and is stored with the checkpoint instead."""
 
 
 class LogRewrittenError(IntegrityError):
