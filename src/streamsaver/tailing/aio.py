@@ -7,21 +7,21 @@ that nobody reads.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any, Generic, TypeVar
 
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.exceptions import ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..core.errors import LOST
 from ..events import Delivery, ThreadEvent
-from ..transport.core import arun
+from ..transport.core import LoadScripts, Pipeline, arun
 from ..transport.resp import packed
 from ..transport.sending import aload_scripts, arelearn, asend_pipeline
-from .base import C, Driving, Saver, Shell, T, leaving, raise_errors
-from .blocking import GRACE_S, UNKNOWN, Asking, Dedicated, Exchange, Read
+from .base import C, Driving, Halted, Saver, Shell, T, leaving, raise_errors
+from .blocking import GRACE_S, UNKNOWN, Asking, Dedicated, Exchange, Read, within
 from .feeds import FeedTail
 from .groups import GroupReader
 from .steps import Batch, Block, Deliver, TailFlow, TailOp
@@ -31,6 +31,7 @@ from .views import FeedTailView, GroupView, ThreadTailView
 __all__ = ["AsyncConsumerGroup", "AsyncShell", "AsyncTail", "AsyncTailAll"]
 
 R = TypeVar("R")
+_RECANCEL_S = 0.05
 
 
 def _raise_swallowed_cancel() -> None:
@@ -51,6 +52,17 @@ class AsyncShell(Shell):
         sending = (asend_pipeline, aload_scripts, arelearn)
         super().__init__(saver, isinstance(saver.client, AsyncRedisCluster), sending)
         self.wake: asyncio.Event | None = None
+        self.halt: asyncio.Event | None = None  # set by stop(): ends any step of the iteration
+        if not self.cluster and not self.client.connection_pool.connection_kwargs.get(
+            "socket_timeout"
+        ):
+            # a client without a socket timeout would wait on a silent server for good; a
+            # cluster client has redis-py's default one
+            self.verbs = {
+                **self.verbs,
+                Pipeline: _within(self.verbs[Pipeline]),
+                LoadScripts: _within(self.verbs[LoadScripts]),
+            }
 
     async def send(self, op: TailOp) -> Any:
         return await arun(self.flow(op), self.verbs)
@@ -58,7 +70,22 @@ class AsyncShell(Shell):
     async def execute(self, op: TailOp) -> Any:
         """``send``, checked for a swallowed cancel before and after."""
         _raise_swallowed_cancel()
-        reply = await self.send(op)
+        if self.halt is None:
+            self.halt = asyncio.Event()
+            if self.stopped.is_set():
+                self.halt.set()
+        sending = asyncio.ensure_future(self.send(op))
+        halted = asyncio.ensure_future(self.halt.wait())
+        try:
+            await asyncio.wait({sending, halted}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            halted.cancel()
+            if not sending.done():
+                # stopped (or cancelled) mid-step: the step's connection is dropped with it
+                await _cancel(sending)
+        if sending.cancelled():
+            raise Halted
+        reply = sending.result()
         _raise_swallowed_cancel()
         return reply
 
@@ -99,16 +126,12 @@ class AsyncShell(Shell):
         return await self._dropping(self._read(step.op))
 
     async def _read(self, op: Block) -> Any:
-        dedicated = await self._connection(op.key)
         if self.stopped.is_set():
             return None
-        self.blocked = dedicated
+        # set before connecting: a stop() meanwhile ends a connect or a handshake too
         wake = self.wake = asyncio.Event()
         try:
-            await dedicated.conn.send_command(*op.args)
-            read = asyncio.ensure_future(
-                dedicated.conn.read_response(timeout=op.block_ms / 1000 + GRACE_S)
-            )
+            read = asyncio.ensure_future(self._blocking_read(op))
             woken = asyncio.ensure_future(wake.wait())
             try:
                 await asyncio.wait({read, woken}, return_when=asyncio.FIRST_COMPLETED)
@@ -117,9 +140,7 @@ class AsyncShell(Shell):
                 if not read.done():
                     # stopped (or cancelled): the reply, if any, would arrive on a
                     # connection nobody reads, so it is dropped
-                    read.cancel()
-                    with contextlib.suppress(BaseException):
-                        await read
+                    await _cancel(read)
                     await self.drop()
             return read.result() if not read.cancelled() else None
         except ResponseError as exc:
@@ -127,6 +148,15 @@ class AsyncShell(Shell):
         finally:
             self.blocked = None
             self.wake = None
+
+    async def _blocking_read(self, op: Block) -> Any:
+        dedicated = await self._connection(op.key)
+        self.blocked = dedicated
+        await dedicated.conn.send_command(*op.args)
+        # not read_response(timeout=...): redis-py 8 answers that timeout with None, as a
+        # blocking read that found nothing, so a silent server passed for a quiet one, and the
+        # late reply was read as the next read's
+        return await _bounded(dedicated.conn.read_response(), op.block_ms / 1000 + GRACE_S)
 
     async def exchange(self, step: Exchange) -> list[Any]:
         return await self._dropping(self._exchange(step))
@@ -153,19 +183,51 @@ class AsyncShell(Shell):
             raise
 
     async def drop(self) -> None:
-        for dedicated in self.dedicated.values():
+        # a copy: a step cut short may still be making a connection meanwhile
+        dropped, self.dedicated = list(self.dedicated.values()), {}
+        for dedicated in dropped:
             await dedicated.conn.disconnect()
-        self.dedicated.clear()
 
     async def stop(self) -> None:
         """End the tail; a blocked read returns at once (its connection is dropped)."""
         self.stopped.set()
         if self.wake is not None:
             self.wake.set()
+        if self.halt is not None:
+            self.halt.set()
 
     async def close(self) -> None:
         self.stopped.set()
         await self.drop()
+
+
+async def _cancel(task: asyncio.Future[Any]) -> None:
+    """Cancel ``task`` and wait for it to end. Again while it runs on: redis-py's asyncio
+    connection can swallow a cancel delivered while it sends (``_raise_swallowed_cancel``),
+    and the task then waits on its next read for as long as the socket timeout allows."""
+    while not task.done():
+        task.cancel()
+        await asyncio.wait({task}, timeout=_RECANCEL_S)
+    if not task.cancelled():
+        task.exception()  # retrieved: the step's error is moot once it was cut short
+
+
+async def _bounded(work: Awaitable[R], seconds: float) -> R:
+    """``work``, given up after ``seconds`` as redis-py gives up after a socket timeout: with
+    its ``TimeoutError``, the connection cancelled mid-read disconnected (redis-py does that)."""
+    try:
+        return await asyncio.wait_for(work, seconds)
+    except asyncio.TimeoutError as exc:
+        raise RedisTimeoutError(f"no reply within {seconds:g} s") from exc
+
+
+def _within(verb: Callable[[Any], Awaitable[R]]) -> Callable[[Any], Awaitable[R]]:
+    """``verb`` given up after ``within()``: for a client that sets no socket timeout."""
+
+    async def bounded(step: Any) -> R:
+        return await _bounded(verb(step), within())
+
+    return bounded
 
 
 async def _reply(conn: Any) -> Any:
@@ -196,6 +258,8 @@ class _Driver(Driving):
             self.resume(None)
             while isinstance(self.step, Batch):
                 self.resume(await self.io.execute(self.step))
+        except Halted:
+            await self.shutdown()
         except BaseException:
             await self.shutdown()
             raise
@@ -209,6 +273,8 @@ class _Driver(Driving):
                     self.resume(None)
                 else:
                     self.resume(await self.io.execute(step))
+        except Halted:
+            return
         finally:
             await self.shutdown()
 

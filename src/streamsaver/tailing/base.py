@@ -20,7 +20,7 @@ from ..events import Delivery, ThreadEvent
 from ..transport.core import LoadScripts, Pause, Pipeline, Relearn, Scripts, Step, Verbs, rounds
 from ..transport.exchange import resending
 from ..transport.moves import Moves
-from .blocking import NETWORK, Asking, Dedicated, Drop, Exchange, Read, blocking, own
+from .blocking import NETWORK, Asking, Dedicated, Drop, Exchange, Read, blocking, bounded, own
 from .groups import GroupReader
 from .steps import SCRIPTS, Batch, Block, Deliver, ScriptCall, TailFlow, TailOp, script_source
 from .steps import Pause as Idle
@@ -28,6 +28,7 @@ from .steps import Pause as Idle
 __all__ = [
     "C",
     "Driving",
+    "Halted",
     "Saver",
     "Shell",
     "T",
@@ -105,7 +106,8 @@ class Shell(ABC):
         from ``cls`` and ``kwargs`` at first use; the shell connects it."""
         dedicated = self.dedicated.get(name)
         if dedicated is None:
-            dedicated = self.dedicated[name] = Dedicated(cls(**kwargs), node)
+            conn = cls(**bounded(kwargs))
+            dedicated = self.dedicated[name] = Dedicated(conn, node)
         return dedicated
 
     @abstractmethod
@@ -165,6 +167,10 @@ def raise_errors(replies: Iterable[Any]) -> None:
     for reply in replies:
         if isinstance(reply, Exception):
             raise reply
+
+
+class Halted(Exception):
+    """A step a ``stop()`` cut short: the iteration ends quietly, as after a stopped read."""
 
 
 class Driving:

@@ -11,7 +11,7 @@ that is not its pool's.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -34,7 +34,9 @@ __all__ = [
     "Exchange",
     "Read",
     "blocking",
+    "bounded",
     "own",
+    "within",
 ]
 
 R = TypeVar("R")
@@ -83,6 +85,23 @@ class Asking:
     host: str
     port: int
     args: Command
+
+
+def within() -> float:
+    """How long a tail waits for anything but a blocking read's reply when its client sets
+    no limit: the grace period, so a server that stops answering is reported, not waited on."""
+    return GRACE_S
+
+
+def bounded(kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """A tail's own connection's keywords, from its client's: a connect, a handshake and a
+    read each bounded (the client's timeouts, else ``within()``)."""
+    bound = within()
+    return {
+        **kwargs,
+        "socket_timeout": kwargs.get("socket_timeout") or bound,
+        "socket_connect_timeout": kwargs.get("socket_connect_timeout") or bound,
+    }
 
 
 def own(step: Read | Exchange, stopped: Callable[[], bool]) -> Generator[Any, Any, Any]:

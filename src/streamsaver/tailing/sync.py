@@ -15,10 +15,10 @@ from redis.cluster import RedisCluster
 from redis.exceptions import ResponseError
 
 from ..events import Delivery, ThreadEvent
-from ..transport.core import run
+from ..transport.core import Pipeline, run
 from ..transport.resp import packed
 from ..transport.sending import load_scripts, relearn, send_pipeline
-from .base import C, Driving, Saver, Shell, T, leaving, raise_errors
+from .base import C, Driving, Halted, Saver, Shell, T, leaving, raise_errors
 from .blocking import GRACE_S, NETWORK, UNKNOWN, Asking, Dedicated, Exchange, Read
 from .feeds import FeedTail
 from .groups import GroupReader
@@ -34,6 +34,11 @@ class SyncShell(Shell):
         sending = (send_pipeline, load_scripts, relearn)
         super().__init__(saver, isinstance(saver.client, RedisCluster), sending)
         self.lock = threading.Lock()
+        # the pool connections its pipelines are on: a stop() shuts them down
+        self.busy: set[Any] = set()
+        self.cut: set[Any] = set()  # those a stop() shut down
+        if not self.cluster:
+            self.verbs = {**self.verbs, Pipeline: self.pipeline}
 
     def send(self, op: TailOp) -> Any:
         return run(self.flow(op), self.verbs)
@@ -49,18 +54,27 @@ class SyncShell(Shell):
             name = node.name
         else:
             node, pool, name = None, self.client.connection_pool, ""
-        dedicated = self.own_connection(name, node, pool.connection_class, pool.connection_kwargs)
+        return self.own_connection(name, node, pool.connection_class, pool.connection_kwargs)
+
+    def _connected(self, dedicated: Dedicated) -> Dedicated:
         if not dedicated.connected:
+            if not isinstance(dedicated.conn.retry, _Stoppable):
+                dedicated.conn.retry = _Stoppable(dedicated.conn.retry, self.stopped)
             dedicated.conn.connect()
             dedicated.connected = True
         return dedicated
 
     def read(self, step: Read) -> Any:
         op, dedicated = step.op, self._connection(step.op.key)
+        # marked before connecting: a stop() meanwhile shuts the handshake's socket down too
         with self.lock:
             self.blocked = dedicated
         try:
             if self.stopped.is_set():
+                return None
+            self._connected(dedicated)
+            if self.stopped.is_set():  # stopped while the socket was being made
+                self.drop()
                 return None
             dedicated.conn.send_command(*op.args)
             return dedicated.conn.read_response(timeout=op.block_ms / 1000 + GRACE_S)
@@ -75,8 +89,41 @@ class SyncShell(Shell):
             with self.lock:
                 self.blocked = None
 
+    def pipeline(self, step: Pipeline) -> list[Any]:
+        """``step`` on a connection of the client's pool, as ``send_pipeline`` sends it, where a
+        ``stop()`` reaches it: its socket is shut down, and the step ends ``Halted``."""
+        pool = self.client.connection_pool
+        conn = pool.get_connection()
+        with self.lock:
+            self.busy.add(conn)
+
+        def attempt() -> list[Any]:
+            if conn in self.cut:  # not sent again once a stop() shut it down
+                raise Halted
+            conn.send_packed_command(packed(conn, step.commands))
+            replies: list[Any] = []
+            for command in step.commands:
+                try:
+                    replies.append(self.client.parse_response(conn, command[0]))
+                except ResponseError as exc:
+                    replies.append(exc)
+            return replies
+
+        try:
+            # the connection's retry policy, as the client's own pipeline uses it
+            return conn.retry.call_with_retry(attempt, lambda _: conn.disconnect())  # type: ignore[no-any-return]
+        except BaseException:
+            # replies may still be in flight: the pool's next user must not read them
+            conn.disconnect()
+            raise
+        finally:
+            with self.lock:
+                self.busy.discard(conn)
+                self.cut.discard(conn)
+            pool.release(conn)
+
     def exchange(self, step: Exchange) -> list[Any]:
-        conn = self._connection(None).conn
+        conn = self._connected(self._connection(None)).conn
         conn.send_packed_command(packed(conn, step.calls))
         return [_reply(conn) for _ in step.calls]
 
@@ -102,15 +149,38 @@ class SyncShell(Shell):
         # the reader marks itself blocked before it checks stopped, and this reads the mark
         # after setting stopped: either the reader sees stopped, or this sees the mark
         with self.lock:
-            target = self.blocked
-        sock = getattr(target.conn, "_sock", None) if target is not None else None
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
+            self.cut.update(self.busy)
+            conns = [*self.busy, *([self.blocked.conn] if self.blocked is not None else [])]
+        for conn in conns:
+            sock = getattr(conn, "_sock", None)
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
 
     def close(self) -> None:
         self.stopped.set()
         self.drop()
+
+
+class _Stoppable:
+    """A connection's retry policy that retries nothing once stopped: redis-py retries a
+    whole connect and handshake, and a retry after ``stop()`` shut the socket down would wait
+    on a new one that no stop reaches."""
+
+    def __init__(self, retry: Any, stopped: threading.Event) -> None:
+        self.retry = retry
+        self.stopped = stopped
+
+    def call_with_retry(
+        self, do: Any, fail: Any, is_retryable: Any = None, with_failure_count: bool = False
+    ) -> Any:
+        def retryable(error: Exception) -> bool:
+            return not self.stopped.is_set() and (is_retryable is None or is_retryable(error))
+
+        return self.retry.call_with_retry(do, fail, retryable, with_failure_count)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.retry, name)
 
 
 def _reply(conn: Any) -> Any:
@@ -146,6 +216,8 @@ class _Driver(Driving):
                     self.resume(None)
                 else:
                     self.resume(self.io.send(step))
+        except Halted:
+            return
         finally:
             self.shutdown()
 

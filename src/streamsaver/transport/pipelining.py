@@ -46,6 +46,10 @@ __all__ = ["AutoPipeline", "NodePipelines"]
 
 Command = tuple[Any, ...]
 
+# one write's bound (``_batch``): ~1 MB drains in milliseconds, and a thousand scripts run in
+# well under any socket timeout
+_WRITE_COMMANDS = 1000
+_WRITE_BYTES = 1 << 20
 _BY_CLIENT: weakref.WeakKeyDictionary[Any, AutoPipeline] = weakref.WeakKeyDictionary()
 _NODES_BY_CLIENT: weakref.WeakKeyDictionary[Any, NodePipelines] = weakref.WeakKeyDictionary()
 
@@ -191,22 +195,27 @@ class AutoPipeline:
         return await future
 
     async def _pump(self, lane: _Lane) -> None:
+        # every caller is answered from here, its error included: nothing is raised out of
+        # the task (nobody would retrieve it), but a cancel of the task itself
         try:
             while lane.queued:
-                groups, lane.queued = lane.queued, []
+                groups, lane.queued = _batch(lane.queued)
                 await self._exchange([(group.commands, group.future) for group in groups])
         except BaseException as exc:
             for group in lane.queued:
                 _fail(group.future, exc)
             lane.queued = []
-            raise
+            if not isinstance(exc, Exception):
+                raise
         finally:
             lane.pump = None
 
     async def _exchange(self, groups: list[tuple[Sequence[Command], asyncio.Future[Any]]]) -> None:
         pool = self.client.connection_pool
-        conn = await pool.get_connection()
+        conn = None
         try:
+            # inside: a connection that cannot be made fails this batch's callers too
+            conn = await pool.get_connection()
 
             async def attempt() -> None:
                 # a caller cancelled before its group went out costs nothing; one cancelled
@@ -232,14 +241,36 @@ class AutoPipeline:
             # the connection's retry policy, as redis-py's own execute_command uses it
             await conn.retry.call_with_retry(attempt, reconnect)
         except BaseException as exc:
-            # replies may still be in flight on this connection: nobody else may read them
-            await conn.disconnect(nowait=True)
             for _, future in groups:
                 _fail(future, exc)
+            if conn is not None:
+                # replies may still be in flight on this connection: nobody else may read them
+                await conn.disconnect(nowait=True)
             if not isinstance(exc, Exception):
                 raise
         finally:
-            await pool.release(conn)
+            if conn is not None:
+                await pool.release(conn)
+
+
+def _batch(queued: list[Group]) -> tuple[list[Group], list[Group]]:
+    """The groups of one write, and those left for the next: at most ``_WRITE_COMMANDS``
+    commands and about ``_WRITE_BYTES`` of arguments (one group at least). One write of a
+    burst of tens of thousands of calls kept the connection draining for longer than the
+    socket timeout, which then failed every call, while the server went on running what it
+    had been sent; in bounded writes, each answered before the next goes out, every wait is
+    one batch's."""
+    commands = size = 0
+    for i, group in enumerate(queued):
+        commands += len(group.commands)
+        size += sum(_size(arg) for command in group.commands for arg in command)
+        if i and (commands > _WRITE_COMMANDS or size > _WRITE_BYTES):
+            return queued[:i], queued[i:]
+    return queued, []
+
+
+def _size(arg: Any) -> int:
+    return len(arg) if isinstance(arg, (bytes, str, memoryview)) else 8
 
 
 async def _again(_: BaseException) -> None:
