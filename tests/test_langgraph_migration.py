@@ -10,6 +10,7 @@ tests/test_checkpoint_migration.py runs the same on a larger graph
 from __future__ import annotations
 
 from typing import Any, TypedDict
+from uuid import uuid4
 
 import pytest
 import redis
@@ -18,9 +19,13 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
+from redis._parsers import _AsyncHiredisParser, _AsyncRESP2Parser
+from redis.cluster import RedisCluster
 
 from streamsaver import AsyncRedisStreamSaver, DanglingVersionError, RedisStreamSaver
 from streamsaver.core.keys import thread_keys
+from streamsaver.embedded import EmbeddedCluster
+from streamsaver.transport import multiplex, resp
 from tests.test_saver import generate_config
 
 
@@ -124,8 +129,27 @@ def test_a_graph_resumes_a_thread_saved_in_an_older_layout(
     assert _summary(app.get_state_history(generate_config("t"))) == HISTORY
 
 
-async def test_the_async_saver_resumes_it_too(redis_url: str, prefix: str) -> None:
-    client = aredis.Redis.from_url(redis_url)
+def test_a_graph_resumes_it_on_a_cluster(cluster: EmbeddedCluster) -> None:
+    client = RedisCluster.from_url(cluster.url)
+    saver = RedisStreamSaver(client, prefix=f"m{uuid4().hex[:8]}")
+    _save_old(saver, "t")
+    app = _graph().compile(checkpointer=saver)
+    assert app.invoke(None, generate_config("t")) == {"x": "hi a b"}
+    assert _summary(app.get_state_history(generate_config("t"))) == HISTORY
+    assert saver.verify("t")[2] == []
+    client.close()
+
+
+@pytest.mark.parametrize("parser", ["hiredis", "python"])
+async def test_the_async_saver_resumes_it_too(
+    redis_url: str, prefix: str, parser: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if parser == "python":
+        # as a plain install runs: redis-py's own parser, streamsaver's auto-pipeline pump
+        monkeypatch.setattr(multiplex, "hiredis", None)
+        monkeypatch.setattr(resp, "pack", resp.pack_python)
+    parser_class = _AsyncHiredisParser if parser == "hiredis" else _AsyncRESP2Parser
+    client = aredis.Redis.from_url(redis_url, parser_class=parser_class)
     saver = AsyncRedisStreamSaver(client, prefix=prefix)
     parent = None
     for checkpoint, metadata in OLD:
@@ -146,6 +170,20 @@ def _put(saver: RedisStreamSaver, parent: Any, values: Any, versions: Any, new: 
     return saver.put(parent, cp, generate_metadata(), new)
 
 
+def _replies(saver: RedisStreamSaver) -> list[Any]:
+    """What the server answers each step of the saver's calls from now on."""
+    replies: list[Any] = []
+    execute = saver._execute
+
+    def recording(op: Any) -> Any:
+        reply = execute(op)
+        replies.append(reply)
+        return reply
+
+    saver._execute = recording  # type: ignore[method-assign]
+    return replies
+
+
 @pytest.mark.parametrize("keep_last", [0, 1])
 def test_channels_new_under_a_live_parent_are_stored_with_the_checkpoint(
     redis_client: redis.Redis, prefix: str, keep_last: int
@@ -155,7 +193,12 @@ def test_channels_new_under_a_live_parent_are_stored_with_the_checkpoint(
         saver, generate_config("t"), {"old": "v"}, {"old": 1, "gone": 1}, {"old": 1, "gone": 1}
     )
     # renamed: `old` now `new` holding its value, `gone` now `empty` with none, same versions
+    replies = _replies(saver)
     second = _put(saver, first, {"new": "v"}, {"new": 1, "empty": 1}, {})
+    # the first round names them, writing nothing; the second stores them with the checkpoint
+    assert replies[0] == [b"unstored", b"new", b"empty"]
+    assert isinstance(replies[1], bytes) and replies[1].count(b"-") == 1
+    assert redis_client.xlen(thread_keys(prefix, "t").log) == 2
     got = saver.get_tuple(second)
     assert got is not None
     assert got.checkpoint["channel_values"] == {"new": "v"}
