@@ -69,7 +69,8 @@ def _run(url: str, steps: int, keeps: list[int], rounds: int) -> dict[str, Any]:
         for step in range(steps):
             agent_step(saver, "server-time", step)
         stats = client.info("commandstats")
-        usec = sum(stats.get(f"cmdstat_{c}", {}).get("usec", 0) for c in ("evalsha", "eval"))
+        verbs = ("evalsha", "eval", "fcall", "fcall_ro")
+        usec = sum(stats.get(f"cmdstat_{c}", {}).get("usec", 0) for c in verbs)
         server[name] = usec / steps
     client.close()
     return {"times": times, "sizes": sizes, "server": server}

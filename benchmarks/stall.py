@@ -276,12 +276,14 @@ def main(argv: list[str] | None = None) -> int:
             windows.append((label, t0, time.perf_counter()))
             # the server time of each script the operation ran (Redis 7 latency tracking)
             stats = client.info("latencystats")
-            stat = stats.get("latency_percentiles_usec_evalsha", {})
+            # (FCALL: the library's functions; EVALSHA on a server without Functions)
+            script_keys = [f"latency_percentiles_usec_{v}" for v in ("fcall", "evalsha")]
+            stat = next((stats[k] for k in script_keys if k in stats), {})
             scripts[label] = "/".join(f"{stat.get(q, 0) / 1000:.2f}" for q in QUANTILES)
             # and the longest of every other command (pages of XRANGE, ...), by name
             name, most = max(
                 ((k.rsplit("_", 1)[-1], v.get("p100", 0)) for k, v in stats.items()
-                 if k != "latency_percentiles_usec_evalsha" and not k.endswith("_info")),
+                 if k not in script_keys and not k.endswith("_info")),
                 key=lambda kv: kv[1], default=("", 0),
             )  # fmt: skip
             others[label] = f"{name} {most / 1000:.2f}" if name else ""

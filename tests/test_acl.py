@@ -26,7 +26,8 @@ from streamsaver.core.feeds import SLOT_KINDS, feed_of_log, slot_key, threads_ke
 from streamsaver.core.keys import key_pattern, thread_keys
 from streamsaver.core.slots import slot_of
 from streamsaver.embedded import EmbeddedCluster, EmbeddedRedis
-from streamsaver.lua import SOURCES
+from streamsaver.lua import function_name
+from streamsaver.maintenance.functions import load_library
 from streamsaver.projector import Projector
 from tests.graphs import linear
 from tests.test_security import TlsServer
@@ -39,6 +40,7 @@ class Server:
         self.kind = kind
         self.clustered = kind.endswith("cluster")
         self._url = url
+        self.admin_url = url
         self.admins = admins
         self.tls = tls
         info = admins[0].info("server")
@@ -96,6 +98,8 @@ def server(
         tls = TlsServer(tmp_path_factory.mktemp("acl-tls"))
         stop = tls.server.stop
         made = Server(kind, tls.server.url, [tls.admin], tls)
+    # an admin loads the functions the tenants' users call (streamsaver functions load)
+    load_library(made.admin_url)
     yield made
     made.drop_users()
     for admin in made.admins:
@@ -160,14 +164,25 @@ def test_the_rules_follow_the_server_version() -> None:
         for role in ("saver", "reader", "projector"):
             rules = acl_rules("p", version, role)
             for banned in ("scan", "keys", "client|unblock", "client|kill", "client", "flushall",
-                           "flushdb", "config", "debug", "@all", "eval", "subscribe"):  # fmt: skip
+                           "flushdb", "config", "debug", "@all", "eval", "subscribe",
+                           # no Lua of its own (tests/test_functions_acl.py)
+                           "eval_ro", "evalsha", "evalsha_ro", "script", "script|load",
+                           "function", "function|load", "function|delete", "function|flush",
+                           "function|restore", "@scripting"):  # fmt: skip
                 assert f"+{banned}" not in rules
+            assert {"+fcall", "+fcall_ro"} <= set(rules)
+    # the admin's loader: the library, no key, no function call
+    loader = acl_rules("p", (7, 0), "loader")
+    assert "+function|load" in loader and not [r for r in loader if "~" in r]
+    assert not {"+fcall", "+fcall_ro", "+xrange", "+eval"} & set(loader)
     # the reader writes nothing, and its keys are read-only
     reader = acl_rules("p", (7, 0), "reader")
     assert [r for r in reader if "~" in r] == ["%R~p:{*"]
     assert not {"+xadd", "+del", "+hset", "+zadd", "+sadd", "+xreadgroup"} & set(reader)
-    with pytest.raises(UnsupportedServerError, match=r"7\.0"):
-        acl_rules("p", (6, 2), "reader")
+    for role in ("saver", "reader", "projector", "loader"):
+        # no Functions: a user who may run the scripts may run any script
+        with pytest.raises(UnsupportedServerError, match=r"7\.0"):
+            acl_rules("p", (6, 2), role)
     with pytest.raises(ValueError, match="role"):
         acl_rules("p", (7, 2), "admin")
 
@@ -183,6 +198,9 @@ def test_the_cli_prints_the_rules_for_the_version_and_role(
     assert main(["acl", "--prefix", "app", "--server-version", "7.2", "--role", "reader"]) == 0
     out = capsys.readouterr().out
     assert "+waitaof" not in out and " %R~app:{* " in out and "+xadd" not in out
+    assert main(["acl", "--server-version", "7.0", "--role", "loader"]) == 0
+    out = capsys.readouterr().out
+    assert "+function|load" in out and "~" not in out and "+fcall" not in out
     assert main(["acl", "--prefix", 'my"app', "--server-version", "7.2"]) == 0
     assert ' "~my\\"app:{*" ' in capsys.readouterr().out
     assert main(["acl", "--server-version", "seven"]) == 2
@@ -395,12 +413,11 @@ def test_a_neighbour_gets_noperm_for_everything_and_learns_no_key_names(server: 
                     ("XGROUP", "CREATE", key, "g", "0", "MKSTREAM"),
                 ):
                     messages.append(_nopermission(lambda c=command: raw.execute_command(*c)))
-                # a script runs with its caller's permissions
-                sha = raw.script_load(SOURCES["get"]) if not server.clustered else None
-                if sha is not None:
-                    messages.append(
-                        _nopermission(lambda sha=sha: raw.evalsha(sha, 3, *keys, "", "", ""))
-                    )
+                # a function runs with its caller's permissions
+                get = function_name("get")
+                messages.append(
+                    _nopermission(lambda get=get: raw.fcall_ro(get, 3, *keys[:3], "", "", ""))
+                )
             # listing every key name, directly or from a script, and disturbing other clients
             sneaky = "return redis.call('SCAN', '0', 'COUNT', 1000)"
             commands: list[tuple[Any, ...]] = [
@@ -423,8 +440,8 @@ def test_a_neighbour_gets_noperm_for_everything_and_learns_no_key_names(server: 
             try:
                 for command in commands:
                     messages.append(_nopermission(lambda c=command: node.execute_command(*c)))
-                sha = node.script_load(sneaky)
-                messages.append(_nopermission(lambda: node.evalsha(sha, 0)))
+                # and no code of its own (tests/test_functions_acl.py)
+                messages.append(_nopermission(lambda: node.script_load(sneaky)))
             finally:
                 node.close()
         except BaseException:

@@ -26,6 +26,7 @@ from streamsaver import (
     RedisStreamSaver,
 )
 from streamsaver.core.keys import thread_keys
+from streamsaver.lua import LIBRARY_NAME
 from tests.keyspace import drop_keys
 from tests.strategies import hostile_text, sharing_fixtures
 
@@ -393,6 +394,8 @@ def test_scripts_reload_after_the_server_forgets_them(
 ) -> None:
     stored = _put(sync_saver, "t", values={"a": 1})
     redis_client.script_flush()
+    # and the functions (a new server: they outlive a restart), which the default user loads
+    redis_client.execute_command("FUNCTION", "DELETE", LIBRARY_NAME)
     sync_saver.put_writes(stored, [("a", 2)], "task")
     got = sync_saver.get_tuple(stored)
     assert got is not None and got.pending_writes == [("task", "a", 2)]

@@ -19,6 +19,7 @@ from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, gen
 from streamsaver import AsyncRedisStreamSaver, RedisStreamSaver
 from streamsaver.acl import acl_rules
 from streamsaver.embedded import EmbeddedRedis
+from streamsaver.maintenance.functions import load_library
 from tests.keyspace import drop_keys
 from tests.strategies import HOSTILE_CHARS
 from tests.test_conformance import _assert_all_passed
@@ -60,6 +61,8 @@ class TlsServer:
         self.admin.execute_command(
             "ACL", "SETUSER", name, "on", f">{password}", *acl_rules(prefix, version)
         )
+        # the functions a tenant's user calls, loaded by an admin (docs/security.md)
+        load_library(self.server.url)
 
 
 def serving_tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsServer]:

@@ -16,6 +16,7 @@ from streamsaver.core.feeds import feed_of_log, feed_pattern, parked_key
 from streamsaver.core.keys import thread_keys
 from streamsaver.core.slots import slot_of
 from streamsaver.events import Delivery, SkippedEvent
+from streamsaver.lua import LIBRARY_NAME
 from tests.test_tail import in_thread, log_ids, python, step, steps
 
 # A member in its own process: acknowledges its first ACK deliveries, then takes HOLD more
@@ -299,15 +300,16 @@ def test_scripts_missing_on_the_server_are_reloaded_for_a_whole_batch_at_once(
     feeds = {feed_of_log(prefix, thread_keys(prefix, t).log) for t in threads}
     assert len(feeds) > 1  # the first claim is one script call per feed, in one batch
     expected = everything(redis_client, prefix, threads)
-    redis_client.script_flush()  # as after a restart or a failover
+    # as on a server without the library (functions, unlike scripts, outlive a restart)
+    redis_client.execute_command("FUNCTION", "DELETE", LIBRARY_NAME)
     client = _CountingClient.from_url(redis_url)
     client.sent = []
     saver = RedisStreamSaver(client, prefix=prefix)
     group = saver.consumer_group("reload", "m", start="0", min_idle_ms=50, claim_ms=50, block_ms=50)
     # the first delivery is not acknowledged: the next claims deliver it again
     ack_until(group, expected, take=lambda delivery: delivery.deliveries > 1)
-    # one SCRIPT LOAD, then the batch again in one pipeline: no script call on its own
-    assert [c for c in client.sent if c != "INFO"] == ["SCRIPT LOAD"]
+    # one FUNCTION LOAD, then the batch again in one pipeline: no script call on its own
+    assert [c for c in client.sent if c != "INFO"] == ["FUNCTION"]
     group.close()
     assert group_state(redis_client, prefix, "reload") == (0, [])
     client.close()

@@ -20,6 +20,7 @@ from redis.exceptions import NoScriptError, ResponseError
 from streamsaver import AsyncRedisStreamSaver, RedisStreamSaver, ServerUnavailableError
 from streamsaver.core.durability import Durability, DurabilityError
 from streamsaver.core.flow import Call, Each, Eval, ScanLogs
+from streamsaver.lua import LIBRARY
 from streamsaver.transport.core import (
     Durably,
     LoadScripts,
@@ -164,6 +165,7 @@ async def test_concurrent_savers_calls_on_one_connection(
 
 def test_rounds_load_missing_scripts_once_and_resend_only_those() -> None:
     scripts = Scripts({"a": "return 1", "b": "return 2"})
+    scripts.functions = False  # the script cache, as on a server without Functions
     ops = [Eval("a", ("k",), ()), Call(("GET", "k")), Eval("b", ("k",), ()), Eval("a", ("j",), ())]
     flow = rounds(ops, scripts, Moves(1.0, "test"))
     first = next(flow)
@@ -171,7 +173,8 @@ def test_rounds_load_missing_scripts_once_and_resend_only_those() -> None:
     assert first.commands[0][:2] == ("EVALSHA", scripts.shas["a"])
     missing = NoScriptError("NOSCRIPT No matching script")
     load = flow.send([missing, b"v", 2, missing])
-    assert isinstance(load, LoadScripts) and load.sources == ["return 1"]  # once, not twice
+    # once, not twice
+    assert isinstance(load, LoadScripts) and load.commands == [("SCRIPT", "LOAD", "return 1")]
     again = flow.send(None)
     assert isinstance(again, Pipeline) and [c[3] for c in again.commands] == ["k", "j"]
     with pytest.raises(StopIteration) as done:
@@ -234,7 +237,7 @@ def _exchange(first: Any = None, cluster: bool = True) -> Any:
 def test_a_lost_cluster_connection_is_resent_after_learning_the_layout() -> None:
     flow, scripts = _exchange()
     sent = next(flow)
-    assert isinstance(sent, Pipeline) and sent.commands[0][:2] == ("EVALSHA", scripts.shas["a"])
+    assert isinstance(sent, Pipeline) and sent.commands[0][:2] == ("FCALL", scripts.names["a"])
     pause = flow.throw(redis.exceptions.ConnectionError("Connection closed by server"))
     assert isinstance(pause, Pause)
     learn = flow.send(None)
@@ -257,9 +260,9 @@ def test_a_lost_standalone_connection_is_final_and_typed() -> None:
 def test_the_hot_paths_first_replies_are_taken_up_where_they_stopped() -> None:
     """A shell sent the command itself and met a fresh server: the core loads the script and
     sends again, without sending the first round twice."""
-    flow, _ = _exchange(first=[NoScriptError("NOSCRIPT No matching script")])
+    flow, _ = _exchange(first=[redis.exceptions.ResponseError("Function not found")])
     load = next(flow)
-    assert isinstance(load, LoadScripts) and load.sources == ["return 1"]
+    assert isinstance(load, LoadScripts) and load.commands == [("FUNCTION", "LOAD", LIBRARY)]
     again = flow.send(None)
     assert isinstance(again, Pipeline) and len(again.commands) == 1
     with pytest.raises(StopIteration) as done:
@@ -457,8 +460,8 @@ def test_a_durable_write_follows_moved_and_ask_then_checks_the_ack() -> None:
     assert isinstance(flow.send([ask, 0]), Pause)
     asked = flow.send(None)
     assert isinstance(asked, Durably) and asked.asked == ("127.0.0.2", 7002)
-    load = flow.send([NoScriptError("NOSCRIPT"), 0])
-    assert isinstance(load, LoadThere) and load.source == "return 1"
+    load = flow.send([redis.exceptions.ResponseError("Function not found"), 0])
+    assert isinstance(load, LoadThere) and load.command == ("FUNCTION", "LOAD", LIBRARY)
     last = flow.send(None)
     assert isinstance(last, Durably) and last.asked is None  # ASKING allows one command
     with pytest.raises(DurabilityError):  # no replica acknowledged

@@ -3,14 +3,22 @@ streamsaver sends. No I/O.
 
 ``acl_rules("myapp", (7, 0))`` gives the rules for ``ACL SETUSER <name> on ><password>
 <rules...>``; ``streamsaver acl --prefix myapp --server-version 7.0`` prints the whole command.
-Three roles:
+Three runtime roles, and the admin's loader:
 
 - ``saver``: everything a tenant's application does (graphs, tails, consumer groups, audit,
   rebuild, delete, prune, copy, listing) on its prefix's keys, and nothing else;
 - ``reader``: read-only (tail, history, audit verify, get/list/threads for a dashboard):
   ``%R~`` keys, no command that writes;
 - ``projector``: reads every key of the prefix, writes only the per-slot keys (feeds, for its
-  consumer group; parked entries; thread indexes; its projections), never a thread's log.
+  consumer group; parked entries; thread indexes; its projections), never a thread's log;
+- ``loader``: loads streamsaver's Redis Functions library (``streamsaver functions load``) and
+  touches no key. Not a tenant's: whoever may ``FUNCTION LOAD`` may run any code.
+
+No runtime role runs code streamsaver does not ship: they call the library's functions
+(``FCALL``, ``FCALL_RO``), which only a loader or an admin loads, and never ``EVAL``,
+``EVALSHA`` or ``SCRIPT LOAD`` (with those, a tenant's busy loop held every tenant's server, and
+``SCRIPT KILL`` could not end it once it had written). So the roles need Functions: Redis 7.0
+or later, or Valkey.
 
 Every key of a prefix starts with ``<prefix>:{`` and a prefix cannot hold ``{`` (``core/keys.py``),
 so the one pattern ``<prefix>:{*`` (glob characters escaped) matches exactly that prefix's keys:
@@ -26,6 +34,7 @@ from .core.feeds import SLOT_KINDS
 from .core.keys import key_pattern, validate_prefix
 
 __all__ = [
+    "LOADER_COMMANDS",
     "PROJECTOR_COMMANDS",
     "READER_COMMANDS",
     "ROLES",
@@ -35,13 +44,19 @@ __all__ = [
 ]
 
 # every role: server version and topology (redis-py's cluster client asks for the slots and
-# the command table), script loading, liveness
-_CONNECTION: tuple[str, ...] = (
-    "ping", "info", "time", "evalsha", "evalsha_ro", "script|load", "command", "cluster|slots",
-    "cluster|shards", "asking", "readonly",
+# the command table), liveness
+_BASE: tuple[str, ...] = (
+    "ping", "info", "time", "command", "cluster|slots", "cluster|shards", "asking", "readonly",
     # redis-py names its own connection's library (7.2+); refused, it would only fill ACL LOG
     "client|setinfo",
 )  # fmt: skip
+
+# every runtime role: the library's functions, and nothing else that runs Lua
+_CONNECTION: tuple[str, ...] = (*_BASE, "fcall", "fcall_ro")
+
+# the admin's: load the library (every primary: a cluster client sends it to each), and see
+# which versions are there; no key
+LOADER_COMMANDS: tuple[str, ...] = (*_BASE, "function|load", "function|list")
 
 READER_COMMANDS: tuple[str, ...] = (
     *_CONNECTION,
@@ -90,9 +105,9 @@ SAVER_COMMANDS: tuple[str, ...] = (
 # store's setup() run once as a user that may (docs/security.md)
 SEARCH_COMMANDS: tuple[str, ...] = ("ft.search", "ft.info")
 
-ROLES = ("saver", "reader", "projector")
+ROLES = ("saver", "reader", "projector", "loader")
 _WAITAOF = (7, 2)
-_SELECTORS = (7, 0)  # %R~ key permissions
+_FUNCTIONS = (7, 0)  # FCALL, and %R~ key permissions
 _SPACES = " \t\n\v\f\r"  # what the server's isspace() refuses in a rule
 
 
@@ -108,7 +123,8 @@ def acl_rules(
     know read-only key patterns (the reader and projector roles): give the server's version.
     ``search``: also the Store's search through the server's vector index, for the saver
     role (a server with RediSearch or Redis 8's Query Engine; others reject rules for the FT
-    commands)."""
+    commands). Every role needs Redis Functions (7.0+): before them, a user who may run
+    streamsaver's scripts may run any script."""
     prefix = validate_prefix(prefix)
     if any(c in prefix for c in _SPACES):
         # the server refuses a rule holding whitespace (ACL files are split on it), and no
@@ -119,13 +135,17 @@ def acl_rules(
         )
     if role not in ROLES:
         raise InvalidInputError(f"role={role!r} is unknown; use one of {', '.join(ROLES)}")
-    if role != "saver" and tuple(server_version) < _SELECTORS:
+    if tuple(server_version) < _FUNCTIONS:
         raise UnsupportedServerError(
-            f"the {role} role needs read-only key patterns (%R~), which Redis "
-            f"{'.'.join(map(str, server_version))} lacks: use Redis 7.0 or later, or the saver role"
+            f"the {role} role needs Redis Functions (and the reader read-only key patterns), "
+            f"which Redis {'.'.join(map(str, server_version))} lacks: a user of it who may run "
+            f"streamsaver's scripts may run any script (EVAL, SCRIPT LOAD). Use Redis 7.0 or "
+            f"later, or Valkey"
         )
     keys = key_pattern(prefix)
-    if role == "saver":
+    if role == "loader":
+        patterns, commands = [], LOADER_COMMANDS
+    elif role == "saver":
         patterns, commands = [f"~{keys}"], SAVER_COMMANDS
     elif role == "reader":
         patterns, commands = [f"%R~{keys}"], READER_COMMANDS
@@ -139,7 +159,4 @@ def acl_rules(
         commands = (*commands, *SEARCH_COMMANDS)
     if tuple(server_version) < _WAITAOF:
         commands = tuple(c for c in commands if c not in ("waitaof", "client|setinfo"))
-    if tuple(server_version) < (7, 0):
-        # 7.0's: CLUSTER SHARDS, and EVALSHA_RO (what a read-only user runs scripts with)
-        commands = tuple(c for c in commands if c not in ("cluster|shards", "evalsha_ro"))
     return ["resetkeys", *patterns, "resetchannels", "-@all", *(f"+{c}" for c in commands)]

@@ -38,13 +38,14 @@ from ..transport.core import (
     Relearn,
     Verbs,
     arun,
+    loaded,
     only,
     what,
 )
 from ..transport.exchange import ScanNode, Views, exchange
 from ..transport.moves import Moves
 from ..transport.pipelining import AutoPipeline, NodePipelines
-from ..transport.sending import aload_scripts, arelearn, asend_pipeline
+from ..transport.sending import aload_scripts, arelearn, asend_pipeline, routed
 from .base import StreamSaverBase, connecting, from_conn_string_options, page_limit
 from .bridges import OnLoop
 from .calls import acall_through, node_views, scan_node
@@ -166,10 +167,13 @@ class AsyncRedisStreamSaver(OnLoop, StreamSaverBase[AsyncClient]):
         if self._autopipe is None:
             await aload_scripts(self.client, step)
             return
-        for source in step.sources:
+        for command in step.commands:
             # on the shared connection too: calls that all met a fresh server must not each
-            # take a connection of their own to load the script
-            only(await self._autopipe.send([("SCRIPT", "LOAD", source)]))
+            # take a connection of their own to load the library
+            try:
+                only(await self._autopipe.send([command]))
+            except ResponseError as exc:
+                loaded(exc)
 
     async def _send(self, step: Pipeline) -> builtins.list[Any]:
         commands = step.commands
@@ -178,7 +182,8 @@ class AsyncRedisStreamSaver(OnLoop, StreamSaverBase[AsyncClient]):
         if len(commands) == 1:
             # one command skips the pipeline object: the common case of a graph's calls
             try:
-                return [await self.client.execute_command(*commands[0])]
+                send: Any = self.client.execute_command
+                return [await send(*commands[0], **routed(self.client, commands[0]))]
             except (ResponseError, ClusterError) as exc:
                 return [exc]
         return await asend_pipeline(self.client, step)
@@ -216,10 +221,10 @@ class AsyncRedisStreamSaver(OnLoop, StreamSaverBase[AsyncClient]):
     async def _load_there(self, step: LoadThere) -> None:
         client: Any = self.client
         if not self._cluster:
-            await client.script_load(step.source)
+            await client.execute_command(*step.command)
             return
         node, _ = await self._target(step.key, step.asked)
-        await client.execute_command("SCRIPT", "LOAD", step.source, target_nodes=node)
+        await client.execute_command(*step.command, target_nodes=node)
 
     async def _run(self, flow: Flow[T]) -> T:
         if self.server_version is None:

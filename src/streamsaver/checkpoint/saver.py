@@ -35,7 +35,7 @@ from ..transport.connection import HeldConnection, NodeConnections
 from ..transport.core import Durably, LoadScripts, LoadThere, Pipeline, Relearn, Verbs, run, what
 from ..transport.exchange import ScanNode, Views, exchange
 from ..transport.moves import Moves
-from ..transport.sending import load_scripts, relearn, send_pipeline
+from ..transport.sending import load_scripts, relearn, routed, send_pipeline
 from .base import StreamSaverBase, connecting, from_conn_string_options, page_limit
 from .bridges import InThread
 from .calls import call_through, node_views, scan_node
@@ -168,7 +168,8 @@ class RedisStreamSaver(InThread, StreamSaverBase[SyncClient]):
         if len(commands) == 1:
             # one command skips the pipeline object: the common case of a graph's calls
             try:
-                return [self.client.execute_command(*commands[0])]  # type: ignore[no-untyped-call]
+                send: Any = self.client.execute_command
+                return [send(*commands[0], **routed(self.client, commands[0]))]
             except (ResponseError, ClusterError) as exc:
                 return [exc]
         return send_pipeline(self.client, step)
@@ -197,7 +198,7 @@ class RedisStreamSaver(InThread, StreamSaverBase[SyncClient]):
         return pipe.execute(raise_on_error=False)[-2:]  # type: ignore[no-any-return]
 
     def _load_there(self, step: LoadThere) -> None:
-        self._node(step.key, step.asked)[0].script_load(step.source)
+        self._node(step.key, step.asked)[0].execute_command(*step.command)
 
     def _run(self, flow: Flow[T]) -> T:
         if self.server_version is None:

@@ -13,7 +13,7 @@ from rich.markup import escape
 
 from ..checkpoint.base import DEFAULT_PREFIX
 from ..core.errors import InvalidInputError
-from . import audit, maintain, projector, store, tail
+from . import audit, functions, maintain, projector, store, tail
 from .common import (
     EXIT_CODES,
     SETTINGS,
@@ -126,6 +126,7 @@ class Role(str, Enum):
     saver = "saver"
     reader = "reader"
     projector = "projector"
+    loader = "loader"
 
 
 def acl(
@@ -152,7 +153,9 @@ def acl(
 
     It allows exactly the commands a role uses, on the keys of one prefix only (every key of a
     prefix starts with '<prefix>:{', which no other prefix's keys do). No role may SCAN, KEYS,
-    CLIENT UNBLOCK/KILL, FLUSH*, CONFIG or DEBUG. Replace <password> before running it.
+    CLIENT UNBLOCK/KILL, FLUSH*, CONFIG or DEBUG, or run Lua of its own (EVAL, EVALSHA, SCRIPT
+    LOAD): an admin loads streamsaver's functions once (`streamsaver functions load`). Replace
+    <password> before running it.
     """
     from ..acl import acl_rules
 
@@ -230,8 +233,10 @@ def serve(
 _ACL_EPILOG = (
     "roles: saver = a tenant's application (graphs, tail, consumer groups, audit, rebuild, "
     "delete, prune, copy, listing); reader = read-only (tail, history, audit verify, "
-    "get/list/threads); projector = reads the prefix, writes only its per-slot keys. The "
-    "reader and projector roles need Redis 7.0+ (%R~ patterns)."
+    "get/list/threads); projector = reads the prefix, writes only its per-slot keys; "
+    "loader = an admin's, loads streamsaver's functions (`streamsaver functions load`), no "
+    "keys. Every role needs Redis 7.0+ or Valkey: the runtime roles run only those functions "
+    "(FCALL), never a script of their own."
 )
 _DOCTOR_EPILOG = """\
 examples:
@@ -246,6 +251,7 @@ tail.register(app)
 audit.register(app)
 app.add_typer(store.app)
 app.add_typer(projector.app)
+app.add_typer(functions.app)
 add(app, "acl", acl, epilog=escape(_ACL_EPILOG))
 add(app, "serve", serve)
 

@@ -6,7 +6,6 @@ are ``setup()``'s own (``core.server``: ``check_eviction``, ``aof_everywhere``,
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import time
 import warnings
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ from ..core.errors import (
     connect_error,
 )
 from ..core.server import MIN_SERVER, aof_everywhere, check_eviction, save_points, server_version
-from ..lua import SOURCES
+from ..lua import LIBRARY_NAME, function_name
 from ..transport.clients import DEFAULT_CONNECT_TIMEOUT_S, client_options, probe_options
 
 __all__ = ["Check", "diagnose"]
@@ -75,7 +74,7 @@ def diagnose(url: str, prefix: str, timeout: float = DEFAULT_CONNECT_TIMEOUT_S) 
         checks.append(_memory(info))
         checks.append(_cluster(client, info))
         checks.append(_permissions(client, prefix))
-        checks.append(_scripts(client))
+        checks.append(_scripts(client, url, server_version(info)))
         checks.append(_latency(client))
         checks.append(_lag(url, prefix, bool(int(info.get("cluster_enabled", 0)))))
     finally:
@@ -200,11 +199,11 @@ def _permissions(client: redis.Redis, prefix: str) -> Check:
     key = f"{prefix}:{{doctor-probe}}:log"
     tried: list[str] = []
     try:
+        # (whether it may call streamsaver's functions is the scripts check's)
         for name, command in (
             ("XRANGE", ("XRANGE", key, "-", "+", "COUNT", "1")),
-            ("EVAL_RO", ("EVAL_RO", "return 1", "1", key)),
             ("XADD", ("XADD", key, "MAXLEN", "0", "*", "probe", "1")),
-            ("EVAL", ("EVAL", "return redis.call('DEL', KEYS[1])", "1", key)),
+            ("DEL", ("DEL", key)),
         ):
             client.execute_command(  # type: ignore[no-untyped-call]
                 *command
@@ -214,7 +213,7 @@ def _permissions(client: redis.Redis, prefix: str) -> Check:
         if not isinstance(exc, NoPermissionError):
             # e.g. MOVED on a cluster node that does not serve the probe key's slot
             return Check("permissions", "warn", f"could not probe under {prefix!r}: {exc}")
-        if {"XRANGE", "EVAL_RO"} <= set(tried):
+        if "XRANGE" in tried:
             return Check(
                 "permissions",
                 "warn",
@@ -230,16 +229,51 @@ def _permissions(client: redis.Redis, prefix: str) -> Check:
     finally:
         with contextlib.suppress(ResponseError):
             client.delete(key)
-    return Check("permissions", "ok", f"read, write and scripts under {prefix!r}:{{...}}")
+    return Check("permissions", "ok", f"read and write under {prefix!r}:{{...}}")
 
 
-def _scripts(client: redis.Redis) -> Check:
-    shas = [hashlib.sha1(source.encode()).hexdigest() for source in SOURCES.values()]
+def _scripts(client: redis.Redis, url: str, version: tuple[int, ...]) -> Check:
+    """Whether this server holds this version's functions library (lua.LIBRARY), and if not,
+    whether this user loads it on first use or an admin must."""
+    if version < (7, 0):
+        return Check("scripts", "ok", "loaded by the client on first use (EVALSHA: no Functions)")
+    remedy = f"as an admin: streamsaver functions load {_redacted(url)}"
+    send: Any = client.execute_command  # redis-py leaves it untyped
     try:
-        loaded = sum(bool(x) for x in client.script_exists(*shas))
+        held = bool(send("FUNCTION", "LIST", "LIBRARYNAME", LIBRARY_NAME))
     except NoPermissionError:
-        return Check("scripts", "warn", "SCRIPT EXISTS not allowed; cannot tell")
-    return Check("scripts", "ok", f"{loaded}/{len(shas)} loaded (the rest load on first use)")
+        # a tenant's user (acl.py's roles): a call of a function that never writes tells
+        try:
+            send("FCALL_RO", function_name("lag"), "0")
+        except NoPermissionError as exc:
+            return Check("scripts", "fail", f"this user may not call functions: {exc}", _ACL)
+        except ResponseError as exc:
+            if "function not found" in str(exc).lower():
+                return Check("scripts", "fail", f"{LIBRARY_NAME} is not loaded", remedy)
+        held = True
+    if held:
+        return Check("scripts", "ok", f"functions library {LIBRARY_NAME} loaded")
+    try:
+        may = send("ACL", "DRYRUN", _whoami(client), "FUNCTION", "LOAD", "x") in (b"OK", "OK")
+    except ResponseError:
+        may = False
+    if may:
+        return Check("scripts", "ok", f"{LIBRARY_NAME} not loaded yet: this user loads it on use")
+    return Check(
+        "scripts",
+        "warn",
+        f"{LIBRARY_NAME} is not loaded; tenants' users (streamsaver acl) cannot load it",
+        remedy,
+    )
+
+
+_ACL = "apply `streamsaver acl --prefix <prefix>` as an admin"
+
+
+def _redacted(url: str) -> str:
+    parts = urlsplit(url)
+    host = parts.hostname or "localhost"
+    return f"{parts.scheme}://<admin>:<password>@{host}:{parts.port or 6379}{parts.path}"
 
 
 def _latency(client: redis.Redis) -> Check:

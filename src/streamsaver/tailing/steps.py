@@ -40,7 +40,7 @@ def feed_probes(keys: Sequence[str]) -> tuple[tuple[str | int, ...], ...]:
 # line, consumer groups the rest. No CLIENT command: stop() closes the tail's own connection.
 TAIL_COMMANDS: tuple[str, ...] = (
     "xread", "xrange", "xrevrange", "exists",
-    "xreadgroup", "xgroup|create", "xgroup|destroy", "xack", "evalsha", "script|load",
+    "xreadgroup", "xgroup|create", "xgroup|destroy", "xack", "fcall",
     # what lua/group_*.lua call
     "xpending", "xautoclaim", "xinfo|consumers", "xgroup|delconsumer", "xadd",
 )  # fmt: skip

@@ -6,28 +6,48 @@ back (``run``/``arun``).
 One round runs every pending operation in one pipeline; then, in this order:
 - a read-only user's ``NOPERM`` on a read-only script: the same round again as ``EVALSHA_RO``,
   and every later call too (``Scripts.read_only``);
-- missing scripts (a new, restarted or failed-over server): each loaded once, and the calls that
-  missed them sent again in one more pipeline, never one round trip per call;
+- ``FCALL`` refused (Redis 6.2, or a user whose ACL rules predate Functions): the same round
+  again by ``EVALSHA``, and every later call too (``Scripts.functions``);
+- missing scripts (a new server, or a restarted or failed-over one without the script cache;
+  Functions are persisted and replicated): the library (or each script) loaded once, and the
+  calls that missed them sent again in one more pipeline, never one round trip per call; a
+  user who may not load the library gets a typed error naming the command that does;
 - a slot in motion (``transport/moves.py``): those operations, and only those, again after a pause.
 
-``Scripts`` is the one seam between an ``Eval`` and how the server runs it (``EVALSHA`` today):
-encoding the command, recognising a missing script, the source to load. Replacing it (with
-Redis Functions' ``FCALL``) changes nothing else here or in the shells.
+``Scripts`` is the one seam between an ``Eval`` and how the server runs it (``FCALL`` of the
+library's function; ``EVALSHA`` on a server without Functions): encoding the command,
+recognising a missing script or function, what loads it.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Generator, Mapping, Sequence
+import re
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn, TypeVar
 
-from redis.exceptions import AskError, MovedError, NoPermissionError, NoScriptError, ResponseError
+from redis.exceptions import (
+    AskError,
+    MovedError,
+    NoPermissionError,
+    NoScriptError,
+    OutOfMemoryError,
+    ResponseError,
+)
 
 from ..core.durability import Durability
-from ..core.errors import SlotMovingError, lost_connection, translate
+from ..core.errors import SlotMovingError, UnsupportedServerError, lost_connection, translate
 from ..core.flow import Call, Done, Each, Eval, Op, Pause, advance
-from ..lua import READ_ONLY
+from ..lua import (
+    FULL_TWINS,
+    LIBRARY,
+    LIBRARY_NAME,
+    NO_WRITES,
+    OOM_ANSWERED,
+    READ_ONLY,
+    function_name,
+)
 from .moves import Moves, is_demoted, is_moving
 
 __all__ = [
@@ -44,6 +64,7 @@ __all__ = [
     "arun",
     "durable_rounds",
     "key_of",
+    "loaded",
     "only",
     "raise_translated",
     "rounds",
@@ -56,8 +77,10 @@ R = TypeVar("R")
 
 
 class Scripts:
-    """How an ``Eval`` reaches the server: ``EVALSHA`` by the SHA1 of its source, or
-    ``EVALSHA_RO`` once the user has shown it may only read."""
+    """How an ``Eval`` reaches the server: ``FCALL`` of the library's function (``lua.LIBRARY``;
+    ``FCALL_RO`` for one that never writes, what a read-only user may run), or, on a server
+    without Functions (Redis 6.2) or for a user whose ACL rules predate them, ``EVALSHA`` by the
+    SHA1 of its source (``EVALSHA_RO`` once the user has shown it may only read)."""
 
     def __init__(self, sources: Mapping[str, str]) -> None:
         self.sources = dict(sources)
@@ -65,35 +88,108 @@ class Scripts:
             name: hashlib.sha1(source.encode(), usedforsecurity=False).hexdigest()
             for name, source in self.sources.items()
         }
-        # set at the first NOPERM of a read-only script: the user may only read
+        self.names = {name: function_name(name) for name in self.sources}
+        # FCALL until the server or the user refuses it (``refuses_functions``)
+        self.functions = True
+        # set at the first NOPERM of a read-only script by EVALSHA: the user may only read
         self.read_only = False
 
     def verb(self, op: Eval) -> str:
-        """EVALSHA, or EVALSHA_RO for a script that only reads once its user may only read (a
-        NOPERM on EVALSHA, which declares its keys read-write). Not always EVALSHA_RO: a
-        cluster client asks the server for its keys (COMMAND GETKEYS), a round trip the hot
-        path of a read-write user should not pay."""
+        """FCALL_RO for a function that never writes (a read-only user's keys allow nothing
+        else), else FCALL. By the script cache: EVALSHA, or EVALSHA_RO for a script that
+        only reads once its user may only read (a NOPERM on EVALSHA, which declares its keys
+        read-write); not always EVALSHA_RO, since a cluster client asks the server for that
+        command's keys (COMMAND GETKEYS), a round trip EVALSHA spares."""
+        if self.functions:
+            return "FCALL_RO" if op.script in NO_WRITES else "FCALL"
         return "EVALSHA_RO" if self.read_only and op.script in READ_ONLY else "EVALSHA"
 
-    def command(self, op: Eval | Call) -> Command:
-        """The command that runs ``op``."""
+    def command(self, op: Eval | Call, full: bool = False) -> Command:
+        """The command that runs ``op``; ``full``: its function's twin for a server out of
+        memory (``lua.FULL_TWINS``)."""
         if isinstance(op, Eval):
-            return (self.verb(op), self.shas[op.script], len(op.keys), *op.keys, *op.args)
+            if full:
+                name = function_name(op.script, full=True)
+                return ("FCALL", name, len(op.keys), *op.keys, *op.args)
+            which = self.names if self.functions else self.shas
+            return (self.verb(op), which[op.script], len(op.keys), *op.keys, *op.args)
         return op.args
+
+    def full(self, op: Eval | Call, reply: object) -> bool:
+        """Whether ``reply`` is a full server's refusal of a function whose twin may run there
+        (``lua.FULL_TWINS``): it frees before it writes, when it can."""
+        return (
+            self.functions
+            and isinstance(op, Eval)
+            and op.script in FULL_TWINS
+            and isinstance(reply, OutOfMemoryError)
+        )
 
     def needs_read_only(self, op: Eval | Call, reply: object) -> bool:
         """Whether ``reply`` says ``op`` must run again as EVALSHA_RO."""
         return (
             isinstance(op, Eval)
+            and not self.functions
             and not self.read_only
             and op.script in READ_ONLY
             and isinstance(reply, NoPermissionError)
         )
 
-    @staticmethod
-    def missing(reply: object) -> bool:
-        """Whether ``reply`` says the server does not hold the script."""
+    def refuses_functions(self, op: Eval | Call, reply: object) -> bool:
+        """Whether ``reply`` says ``op`` must run again by the script cache: a server that
+        does not know FCALL, or a user whose ACL rules name EVALSHA and not FCALL (made by an
+        earlier ``streamsaver acl``)."""
+        return (
+            isinstance(op, Eval)
+            and self.functions
+            and isinstance(reply, ResponseError)
+            and _NO_FCALL.search(str(reply)) is not None
+        )
+
+    def missing(self, reply: object) -> bool:
+        """Whether ``reply`` says the server does not hold the script or the function."""
+        if self.functions:
+            return isinstance(reply, ResponseError) and "function not found" in str(reply).lower()
         return isinstance(reply, NoScriptError)
+
+    def answer(self, op: Eval | Call, reply: object) -> object:
+        """``reply``, or what ``op``'s script answers on a server out of memory where the
+        server refused its function before it started (``lua.OOM_ANSWERED``)."""
+        if (
+            isinstance(reply, OutOfMemoryError)
+            and isinstance(op, Eval)
+            and op.script in OOM_ANSWERED
+        ):
+            return [b"oom", str(reply).encode()]
+        return reply
+
+    def loads(self, names: Iterable[str]) -> list[Command]:
+        """The commands that put the scripts ``names`` on a server that lacks them: the
+        library, or each script in the script cache."""
+        if self.functions:
+            return [("FUNCTION", "LOAD", LIBRARY)]
+        return [("SCRIPT", "LOAD", self.sources[name]) for name in dict.fromkeys(names)]
+
+
+# Redis 6.2: "unknown command `FCALL`"; 7.0+: "unknown command 'FCALL'"; an ACL without it:
+# "... no permissions to run the 'fcall' command"
+_NO_FCALL = re.compile(r"(unknown command|permissions to run the) [`']fcall", re.IGNORECASE)
+
+
+def loaded(exc: ResponseError, user_may_load: bool = True) -> None:
+    """What a refused load means: nothing, where the library was there already (a server
+    that loaded it meanwhile: the library's name names its contents); else the error, typed
+    where the user may not load it (the runtime roles of ``acl.py``), naming who may."""
+    if "already exists" in str(exc):
+        return
+    if isinstance(exc, NoPermissionError) and "function" in str(exc).lower():
+        raise UnsupportedServerError(
+            f"the server lacks streamsaver's functions (library {LIBRARY_NAME!r}) and this "
+            f"user may not load them ({exc}): an admin loads them once, with `streamsaver "
+            f"functions load URL` as a user that may (`streamsaver acl --role loader`); "
+            f"docs/security.md"
+        ) from exc
+    raise exc
 
 
 def key_of(op: Op) -> str | None:
@@ -128,9 +224,11 @@ class Pipeline:
 
 @dataclass(frozen=True, slots=True)
 class LoadScripts:
-    """Load each of these script sources (a fresh, restarted or failed-over server)."""
+    """Send each of these loading commands (``Scripts.loads``) to every primary: what a
+    server without the library or the scripts needs. A refusal is raised (``loaded`` judges
+    it), but a node that says the library exists already does not stop the others."""
 
-    sources: Sequence[str]
+    commands: Sequence[Command]
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,9 +266,19 @@ def rounds(
         pending = [ops[i] for i in todo]
         if got is None:
             got = _unlost((yield Pipeline([scripts.command(one) for one in pending])))
+        if any(scripts.refuses_functions(one, r) for one, r in zip(pending, got, strict=True)):
+            scripts.functions = False
+            got = _unlost((yield Pipeline([scripts.command(one) for one in pending])))
         if any(scripts.needs_read_only(one, r) for one, r in zip(pending, got, strict=True)):
             scripts.read_only = True
             got = _unlost((yield Pipeline([scripts.command(one) for one in pending])))
+        # a full server refused a function that frees first when it can: its twin decides
+        # by its first write, as a script run by EVALSHA did (lua.FULL_TWINS)
+        full = [j for j, r in enumerate(got) if scripts.full(pending[j], r)]
+        if full:
+            again = _unlost((yield Pipeline([scripts.command(pending[j], True) for j in full])))
+            for j, reply in zip(full, again, strict=True):
+                got[j] = reply
         # After a failover or a finished move, a batch's commands for every slot that moved
         # come back MOVED: learn the layout once and send them again in one pipeline, rather
         # than the client resending each on its own (a 16384-name probe took tens of seconds
@@ -186,13 +294,16 @@ def rounds(
                 got[j] = reply
         missing = [j for j, r in enumerate(got) if scripts.missing(r)]
         if missing:
-            names = dict.fromkeys(pending[j].script for j in missing)  # type: ignore[union-attr]
-            yield LoadScripts([scripts.sources[name] for name in names])
+            names = [pending[j].script for j in missing]  # type: ignore[union-attr]
+            try:
+                yield LoadScripts(scripts.loads(names))
+            except ResponseError as exc:
+                loaded(exc)
             again = _unlost((yield Pipeline([scripts.command(pending[j]) for j in missing])))
             for j, reply in zip(missing, again, strict=True):
                 got[j] = reply
         for i, reply in zip(todo, got, strict=True):
-            replies[i] = reply
+            replies[i] = scripts.answer(ops[i], reply)
         # a slot in motion: those ops did not run; the others are not sent again
         moving = [i for i in todo if is_moving(replies[i])]
         if moving:
@@ -237,9 +348,10 @@ class Durably:
 
 @dataclass(frozen=True, slots=True)
 class LoadThere:
-    """Load ``source`` on the node a ``Durably`` of the same ``key`` and ``asked`` goes to."""
+    """Send ``command`` (``Scripts.loads``) to the node a ``Durably`` of the same ``key`` and
+    ``asked`` goes to."""
 
-    source: str
+    command: Command
     key: str
     asked: tuple[str, int] | None
 
@@ -261,13 +373,23 @@ def durable_rounds(
     counted nothing, and both are sent again where the slot is."""
     key: Any = op.keys[0] if isinstance(op, Eval) else op.args[1]
     asked: tuple[str, int] | None = None
-    loads = 0
+    loads, full = 0, False
     while True:
-        reply, ack = yield Durably((scripts.command(op), wait), key, asked)
+        reply, ack = yield Durably((scripts.command(op, full), wait), key, asked)
+        reply = scripts.answer(op, reply)
         went, asked = asked, None
-        if scripts.missing(reply) and isinstance(op, Eval) and loads < 2:
-            loads += 1  # the server restarted or failed over
-            yield LoadThere(scripts.sources[op.script], key, went)
+        if not full and scripts.full(op, reply):
+            full, asked = True, went
+        elif scripts.refuses_functions(op, reply):
+            scripts.functions = False
+            asked = went
+        elif scripts.missing(reply) and isinstance(op, Eval) and loads < 2:
+            loads += 1  # a new server, or one restarted or failed over without the scripts
+            command = scripts.loads((op.script,))[0]
+            try:
+                yield LoadThere(command, key, went)
+            except ResponseError as exc:
+                loaded(exc)
         elif cluster and isinstance(reply, MovedError):
             yield Pause(moves.wait(reply, key))
             yield Relearn(reply)
