@@ -20,6 +20,14 @@
 -- sends it again with their values. Refusals are errors; nothing is written. A checkpoint whose
 -- parent is gone naming a channel version that is neither its own nor stored is refused
 -- (checkpoint/projection.lua's dangling()).
+
+-- The largest log a put compacts in its own script (keep_last), in entries and in what its
+-- fields hold (ptr's 'z', checkpoint/projection.lua's entry_size()): a compaction reads and copies
+-- the log, about 5 us per field and 12 us per KB here (Redis 7.0), so these keep it within a
+-- few slices' budget (shared/slice.lua, 0.25 ms by default); a larger one is left to slices
+-- (checkpoint/compact_slice.lua). Bounded by entries alone (2,000), a put of 2 KB messages held
+-- the server 97 ms, and one of a 300-step conversation, 20 entries, 3 ms.
+local PUT_COMPACT_ENTRIES, PUT_COMPACT_BYTES = 100, 65536
 -- a compaction in this call (checkpoint/compact.lua) copies events: it computes their ch itself
 local ch = string.match(ARGV[2], '^chain (%x+)$')
 local fields = {}
@@ -42,12 +50,18 @@ end
 -- p: the event's namespace, length-prefixed as every index member and ptr field names it
 local p = lp(f.ns)
 local named = f.k == 'writes' and f.id or (f.k == 'checkpoint' and f.parent ~= '' and f.parent)
--- 'h', the chain's head (shared/common.lua's chain_head()), in the same command: one call fewer
-local marks = redis.call('HMGET', KEYS[3], 'g', 'd', 'x' .. p .. (named or ''), 'h')
+-- 'h', the chain's head (shared/common.lua's chain_head()), and 'z', the log's size, in the same
+-- command: calls fewer
+local marks = redis.call('HMGET', KEYS[3], 'g', 'd', 'x' .. p .. (named or ''), 'h', 'z')
 heads[KEYS[1]] = marks[4] or nil
 -- the ptr fields read here, that the projection need not read again (checkpoint/projection.lua's
 -- apply())
-local known = {d = marks[2]}
+local known = {d = marks[2], z = marks[5]}
+if not known.z then
+  -- a log written before the size was kept: as if too large to compact here, until a
+  -- compaction in slices (or a rebuild) counts it
+  known.z = redis.call('EXISTS', KEYS[1]) == 1 and tostring(PUT_COMPACT_BYTES + 1) or '0'
+end
 local function live(ns, id)
   return redis.call('ZSCORE', KEYS[2], 'c' .. lp(ns) .. id)
 end
@@ -129,13 +143,27 @@ if f.k == 'checkpoint' then
       tostring(f.thread) .. ' refused, nothing written: ' .. why)
   end
 end
+-- Whether the server is about out of memory (maxmemory): a compaction, which frees before it
+-- copies (checkpoint/compact.lua), then runs in this script however long, since the append that
+-- leaves it to slices would be refused for the memory it needs, and the thread could never
+-- shrink. INFO is asked only when a compaction is due.
+local function short_of_memory(need)
+  local info = redis.call('INFO', 'memory')
+  local most = tonumber(string.match(info, '\nmaxmemory:(%d+)'))
+  local used = tonumber(string.match(info, '\nused_memory:(%d+)'))
+  return most ~= nil and most > 0 and used ~= nil and used + need >= most
+end
+
 local keep, reply, due = tonumber(ARGV[6]), nil, false
 if keep > 0 and f.k == 'checkpoint' then
-  -- ZLEXCOUNT and XLEN are O(log n) and O(1): deciding costs no scan
+  -- ZLEXCOUNT and XLEN are O(log n) and O(1), the size was read above: deciding costs no scan
   if redis.call('ZLEXCOUNT', KEYS[2], '[c' .. p, '[c' .. p .. '\255') >= 2 * keep then
-    -- a compaction costs what the log holds: past LONG_LOG entries it would hold the server
-    -- too long for one script, and the saver runs it in slices after this append
-    due = redis.call('XLEN', KEYS[1]) > LONG_LOG
+    -- a compaction costs what the log holds, in entries and in bytes: past either bound it
+    -- would hold the server longer than a few slices, and the saver runs it in slices after
+    -- this append
+    local size = entry_size(f)
+    due = (redis.call('XLEN', KEYS[1]) > PUT_COMPACT_ENTRIES or
+      tonumber(known.z) + size > PUT_COMPACT_BYTES) and not short_of_memory(size)
     if not due then
       local removed, ids = compact(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], keep, {fields})
       reply = {ids[1], removed}

@@ -536,15 +536,39 @@ local function check(f, log, ptr, cache, shape_only)
   return {kind[2], decoded, more}
 end
 
+-- 'z' in ptr: about what a compaction of the log would spend, as bytes: its entries' field names
+-- and values, and FIELD_BYTES more per field (a field, however short, costs a compaction about
+-- 5 us beside 12 us per KB: a conversation of 20-byte messages kept as a chain of ~500 parts
+-- took 2.7 ms), so a put can tell a compaction cheap enough for its own script from one to
+-- leave to slices (checkpoint/append.lua); counting entries alone told neither. An estimate, not
+-- compared by verify (checkpoint/refs.lua's may_lack()): a writer that finds none in a log
+-- written before it existed counts from a size that sends the next compaction to slices, which
+-- set it right.
+local FIELD_BYTES = 256
+local function entry_size(f)
+  local n = 0
+  for k, v in pairs(f) do
+    n = n + #k + #v + FIELD_BYTES
+  end
+  return n
+end
+
 -- checked, known (optional): check()'s result and the ptr fields read, from a writer that
 -- checked the event before appending it (checkpoint/append.lua); otherwise it is checked here.
 local function apply(log, ix, ptr, id, f, cache, checked, known)
-  -- the chain's head (append_event() in shared/common.lua), for every entry, projectable or not
-  -- through the sink: a replay writes it once per slice, not once per entry
+  -- the chain's head (append_event() in shared/common.lua) and the log's size ('z', below), for
+  -- every entry, projectable or not, through the sink: a replay writes them once per slice, not
+  -- once per entry
+  local z = known and known.z
+  if z == nil then
+    z = sink.hget(ptr, 'z')
+  end
+  z = string.format('%d', (tonumber(z) or 0) + entry_size(f))
   if f.dg then
-    sink.hset(ptr, 'h', f.dg)
+    sink.hset_many(ptr, {'h', f.dg, 'z', z})
   else
     sink.hdel(ptr, 'h')
+    sink.hset(ptr, 'z', z)
   end
   if checked == nil then
     local why
@@ -563,15 +587,36 @@ local function apply(log, ix, ptr, id, f, cache, checked, known)
   return true
 end
 
+-- A page of the log's entries from `start` (an XRANGE start) for a loop that reads it a page
+-- at a time: at most `most` entries, and about PAGE_BYTES once this call has seen how large
+-- they are (its first page is one entry). Counting entries alone, one page of a pruned log's
+-- checkpoints (each may hold a whole conversation) copied megabytes into the script at once.
+-- Returns the page and the count asked for (a shorter page is the log's end).
+local PAGE_BYTES = 65536
+local entry_bytes = nil  -- the largest entry this call has read
+local function log_page(log, start, most)
+  local n = entry_bytes and math.max(1, math.min(most, math.floor(PAGE_BYTES / entry_bytes))) or 1
+  local page = redis.call('XRANGE', log, start, '+', 'COUNT', n)
+  for _, e in ipairs(page) do
+    local bytes = 0
+    for i = 2, #e[2], 2 do
+      bytes = bytes + #e[2][i]
+    end
+    entry_bytes = math.max(entry_bytes or 1, bytes)
+  end
+  return page, n
+end
+
 -- Replay the log's entries from `start` (an XRANGE start: '-', or '(' .. the last one done)
--- into ix and ptr through the sink, `count` per XRANGE, each counted in out[at] when applied,
--- else in out[at + 1] with "<id> <reason>" appended while out holds fewer than `most` items
--- (nil: never). stop(id), if given, is asked after each entry and ends the replay there.
--- Returns true if it reached the log's end, and the last entry id it replayed.
+-- into ix and ptr through the sink, up to `count` per XRANGE (log_page()), each counted in
+-- out[at] when applied, else in out[at + 1] with "<id> <reason>" appended while out holds
+-- fewer than `most` items (nil: never). stop(id), if given, is asked after each entry and ends
+-- the replay there. Returns true if it reached the log's end, and the last entry id it
+-- replayed.
 local function replay_range(log, ix, ptr, start, count, out, at, most, stop)
   local done, last = true, nil
   repeat
-    local batch = redis.call('XRANGE', log, last and '(' .. last or start, '+', 'COUNT', count)
+    local batch, asked = log_page(log, last and '(' .. last or start, count)
     for _, e in ipairs(batch) do
       local ok, why = apply(log, ix, ptr, e[1], fields_of(e[2]))
       if ok then
@@ -588,7 +633,7 @@ local function replay_range(log, ix, ptr, start, count, out, at, most, stop)
         break
       end
     end
-  until not done or #batch < count
+  until not done or #batch < asked
   return done, last
 end
 

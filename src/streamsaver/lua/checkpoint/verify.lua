@@ -18,7 +18,8 @@ end, function(key, eid, what)
 end)
 local start, first, trimmed = '-', true, false
 while true do
-  local batch = redis.call('XRANGE', KEYS[1], start, '+', 'COUNT', 500)
+  -- pages of a bounded size: its memory stays what a page holds, whatever the events hold
+  local batch = log_page(KEYS[1], start, 500)
   if #batch == 0 then
     break
   end

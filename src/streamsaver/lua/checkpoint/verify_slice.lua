@@ -91,7 +91,7 @@ local COMPARE = {
 
 local function step()
   if s.phase == 'refs' then
-    local batch = redis.call('XRANGE', log, s.pc == '' and '-' or '(' .. s.pc, '+', 'COUNT', 10)
+    local batch, asked = log_page(log, s.pc == '' and '-' or '(' .. s.pc, 10)
     for _, e in ipairs(batch) do
       check(e[1], fields_of(e[2]))
       s.pc = e[1]
@@ -99,7 +99,7 @@ local function step()
         return
       end
     end
-    if #batch < 10 then
+    if #batch < asked then
       if s.trimmed == '' then
         local waiting = redis.call('HGETALL', pend)
         for i = 2, #waiting, 2 do
