@@ -153,6 +153,9 @@ def test_a_copy_is_invisible_until_whole(
     drive(sync_saver, sync_saver._ops.copy_thread("src", "dst"), log, look)
     assert seen == [None, 0]
     assert _ids(sync_saver, "dst") == _ids(sync_saver, "src")
+    # the scratch keys' hour is not the target's: it keeps the saver's time to live (none)
+    assert all(redis_client.pttl(k) == -1 for k in sync_saver._ops.keys("dst"))
+    assert not list(redis_client.scan_iter(match="*:copy:*"))
     _whole(sync_saver, "dst")
 
 
@@ -544,5 +547,39 @@ async def test_async_copy_and_export_racing_a_prune(async_saver: Any, redis_url:
         await _adrive(async_saver, trail.export(async_saver._ops, writer, ["src"]), log, prune)
         reports = verify_export(out.getvalue().splitlines(), sync.serde)
         assert [r.problem for r in reports] == [None]
+    finally:
+        sync.client.close()
+
+
+# --- the console's timeline ----------------------------------------------------------------
+
+
+async def test_the_consoles_older_page_of_a_compacted_log_shows_the_new_log(
+    async_saver: Any, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The "older" link names an event of the log the page showed; after a compaction that log
+    is gone: the console shows the thread's newest page (the new log), not an empty past nor
+    an error."""
+    import re
+
+    import httpx
+
+    from streamsaver.web import _pages, create_app
+
+    monkeypatch.setattr(_pages, "TIMELINE", 10)
+    sync = RedisStreamSaver(redis.Redis.from_url(redis_url), prefix=async_saver.prefix)
+    try:
+        _source(sync)
+        app = create_app(async_saver)
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://console") as h:
+            page = (await h.get("/thread", params={"thread_id": "src"})).text
+            older = re.search(r"before=([0-9]+-[0-9]+)", page)
+            assert older, "the newest page links to older events"
+            sync.prune(["src"], strategy="keep_latest")
+            got = await h.get("/thread", params={"thread_id": "src", "before": older[1]})
+            assert got.status_code == 200, got.text
+            for event in sync.history("src"):
+                assert event.id in got.text
     finally:
         sync.client.close()

@@ -14,6 +14,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.templating import Jinja2Templates
 
+from ..core.errors import LogRewrittenError
 from ..events import ThreadInfo
 from . import _views
 from ._console import Console
@@ -78,7 +79,13 @@ class Pages(Reads):
         saver = await self.console.saver()
         # one page of the log, not all of it: a million-event thread opens as fast as a short
         # one, and the audit badge is fetched by the page itself (it walks the whole chain)
-        events, older = await saver.ahistory_page(thread_id, before=before, limit=TIMELINE)
+        try:
+            events, older = await saver.ahistory_page(thread_id, before=before, limit=TIMELINE)
+        except LogRewrittenError:
+            # the "older" link named an event of a log compacted or deleted since: the newest
+            # page of the log that holds the thread now
+            before = None
+            events, older = await saver.ahistory_page(thread_id, limit=TIMELINE)
         timeline = _views.Timeline()
         for event in events:
             timeline.add(event)
