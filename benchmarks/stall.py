@@ -11,6 +11,12 @@ one slice's budget), and while the first tenant, in turn, rebuilds the thread, v
 walks its audit chain (verify_chain), copies it, deletes a run's checkpoints (every tenth
 step's: delete_for_runs), prunes it (keep_latest) and deletes the copy, then rebuilds and
 verifies a Store bucket of as many events (one namespace), with each operation's total time.
+Then the same for what a real conversation stores, whose size is in its values rather than its
+entry count: a thread of ``--conversation-steps`` agent steps of ``--message-bytes`` messages
+(each step a node's write of one message, then a checkpoint whose list holds every message so
+far), pruned to its latest checkpoint (one event then holds the whole conversation) and
+verified; and a ``--keep-last`` saver writing ``--keep-steps`` such steps of
+``--keep-bytes`` messages, whose puts compact the thread as they go.
 Redis runs one script at a time: an operation that is one script over the whole thread (or
 bucket) holds every tenant for as long as it runs.
 
@@ -29,10 +35,12 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, cast
 
 import redis
+from langgraph.checkpoint.base.id import uuid6
 
 import streamsaver
 from streamsaver import RedisStreamSaver, RedisStreamStore
@@ -43,6 +51,7 @@ from streamsaver.store.slices import store_slices
 from . import script
 
 BIG, COPY, OTHER = "big", "big-copy", "other"
+CONVERSATION, KEPT = "conversation", "kept"
 FLOOR_SECONDS = 10.0
 # a script that holds the server for ARGV[1] ms and does nothing else
 SPIN = """local t0 = redis.call('TIME')
@@ -76,6 +85,47 @@ def busy(tenant: RedisStreamSaver) -> None:
         pass
 
 
+@dataclass
+class Conversations:
+    """The conversations' sizes (main sets them from the command line)."""
+
+    steps: int = 600
+    message_bytes: int = 1000
+    keep_last: int = 495
+    keep_steps: int = 1000
+    keep_bytes: int = 2000
+
+
+SIZES = Conversations()
+
+
+def converse(saver: RedisStreamSaver, thread: str, steps: int, size: int) -> None:
+    """``steps`` agent steps of a new thread: each a node's write of one ``size``-byte message,
+    then a checkpoint whose ``messages`` list holds every message so far, as LangGraph writes
+    them (the saver stores each as its new item, naming the write's bytes)."""
+    empty = {"v": 1, "id": str(uuid6()), "ts": "", "channel_values": {},
+             "channel_versions": {}, "versions_seen": {}}  # fmt: skip
+    config = saver.put(_config(thread), cast(Any, empty), {"source": "input", "step": -1}, {})
+    messages: list[str] = []
+    version: Any = None
+    for step in range(steps):
+        message = f"{step:08d} " + "abcdefghij" * (size // 10)
+        saver.put_writes(config, [("messages", message)], f"task-{step}")
+        messages = [*messages, message]
+        version = saver.get_next_version(version, None)
+        checkpoint = {**empty, "id": str(uuid6()), "channel_values": {"messages": messages},
+                      "channel_versions": {"messages": version}}  # fmt: skip
+        metadata: Any = {"source": "loop", "step": step}
+        config = saver.put(config, cast(Any, checkpoint), metadata, {"messages": version})
+
+
+def keep_last_puts(tenant: RedisStreamSaver) -> None:
+    """A keep_last saver's conversation: its puts compact the thread as they go."""
+    saver = RedisStreamSaver(tenant.client, prefix=tenant.prefix, keep_last=SIZES.keep_last)
+    saver._ops.slice_ms, saver._ops.slice_pause = tenant._ops.slice_ms, tenant._ops.slice_pause  # type: ignore[attr-defined, unused-ignore]
+    converse(saver, KEPT, SIZES.keep_steps, SIZES.keep_bytes)
+
+
 # by --only's name, in the order they run: the operation's label and what it runs; the floors first
 OPERATIONS: dict[str, tuple[str, Callable[[RedisStreamSaver], object]]] = {
     "busy": ("floor: a busy process", busy),
@@ -88,11 +138,24 @@ OPERATIONS: dict[str, tuple[str, Callable[[RedisStreamSaver], object]]] = {
     "seed": ("projector keys (rebuild --all)", lambda tenant: tenant.seed_projections()),
     "prune": ("prune keep_latest", lambda tenant: tenant.prune([BIG], strategy="keep_latest")),
     "delete_thread": ("delete_thread", lambda tenant: tenant.delete_thread(COPY)),
+    # a conversation of large messages (fill_conversation), pruned, then verified
+    "prune_conversation": (
+        "prune keep_latest, conversation",
+        lambda tenant: tenant.prune([CONVERSATION], strategy="keep_latest"),
+    ),
+    "verify_pruned": ("verify, pruned conversation", lambda tenant: tenant.verify(CONVERSATION)),
+    "verify_chain_pruned": (
+        "verify_chain, pruned conversation",
+        lambda tenant: tenant.verify_chain(CONVERSATION),
+    ),
+    "keep_last": ("keep_last puts, conversation", keep_last_puts),
     # the Store's: one bucket of --events memory events (fill_store)
     "store_rebuild": ("store rebuild", lambda tenant: _store(tenant).rebuild()),
     "store_verify": ("store verify", lambda tenant: _store(tenant).verify()),
 }
 STORE_OPERATIONS = ("store_rebuild", "store_verify")
+# what the conversation (fill_conversation) is filled for; keep_last writes its own
+CONVERSATION_OPERATIONS = ("prune_conversation", "verify_pruned", "verify_chain_pruned")
 
 
 def _store(tenant: RedisStreamSaver) -> RedisStreamStore:
@@ -202,6 +265,22 @@ def main(argv: list[str] | None = None) -> int:
         help="seconds measured idle after each operation, pooled with the first window: a "
         "long run's idle p99 is then of its whole length, not of its first seconds",
     )
+    parser.add_argument(
+        "--conversation-steps",
+        type=int,
+        default=SIZES.steps,
+        help="the pruned conversation's steps",
+    )
+    parser.add_argument(
+        "--message-bytes", type=int, default=SIZES.message_bytes, help="and its messages' size"
+    )
+    parser.add_argument("--keep-last", type=int, default=SIZES.keep_last, help="keep_last's N")
+    parser.add_argument(
+        "--keep-steps", type=int, default=SIZES.keep_steps, help="the keep_last saver's steps"
+    )
+    parser.add_argument(
+        "--keep-bytes", type=int, default=SIZES.keep_bytes, help="and its messages' size"
+    )
     parser.add_argument("--url", help="a Redis to use (default: a throwaway redis-server)")
     parser.add_argument("--check", action="store_true")
     parser.add_argument("--slice-ms", type=float, help="a slice's budget (saver.slice_ms)")
@@ -241,7 +320,13 @@ def main(argv: list[str] | None = None) -> int:
             config = other.put(config, _checkpoint(step), {"step": step}, {"n": step + 1, "msg": 1})
         started = time.perf_counter()
         saved = tenant._ops.slice_ms, tenant._ops.slice_pause  # type: ignore[attr-defined, unused-ignore]
-        if chosen - {"busy", "ideal_slices", *STORE_OPERATIONS}:
+        if chosen - {
+            "busy",
+            "ideal_slices",
+            "keep_last",
+            *STORE_OPERATIONS,
+            *CONVERSATION_OPERATIONS,
+        }:
             fill(tenant, args.events)
             # nothing is measured yet: the fill's indexes in slices as long as the server allows
             tenant._ops.slice_ms, tenant._ops.slice_pause = 200.0, 0.0  # type: ignore[attr-defined, unused-ignore]
@@ -249,9 +334,12 @@ def main(argv: list[str] | None = None) -> int:
             tenant._ops.slice_ms, tenant._ops.slice_pause = saved  # type: ignore[attr-defined, unused-ignore]
         if chosen & set(STORE_OPERATIONS):
             fill_store(tenant, args.events)
-        print(
-            f"filled {args.events} events in {time.perf_counter() - started:.1f} s", file=sys.stderr
-        )
+        SIZES.steps, SIZES.message_bytes = args.conversation_steps, args.message_bytes
+        SIZES.keep_last, SIZES.keep_steps = args.keep_last, args.keep_steps
+        SIZES.keep_bytes = args.keep_bytes
+        if chosen & set(CONVERSATION_OPERATIONS):
+            converse(tenant, CONVERSATION, SIZES.steps, SIZES.message_bytes)
+        print(f"filled in {time.perf_counter() - started:.1f} s", file=sys.stderr)
 
         if args.slice_ms is not None:
             tenant._ops.slice_ms = args.slice_ms  # type: ignore[attr-defined, unused-ignore]
