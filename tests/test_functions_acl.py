@@ -24,6 +24,7 @@ from streamsaver.cli import main
 from streamsaver.core.flow import Eval
 from streamsaver.embedded import EmbeddedCluster, EmbeddedRedis, find_redis_server
 from streamsaver.lua import LIBRARY_NAME, function_name
+from streamsaver.maintenance.doctor import diagnose
 from streamsaver.maintenance.functions import load_library
 from streamsaver.transport.core import LoadScripts, Pipeline, Scripts, rounds
 from streamsaver.transport.moves import Moves
@@ -320,3 +321,22 @@ def test_a_promoted_replica_has_them(server: Server) -> None:
     finally:
         server.admin.config_set("repl-diskless-sync-delay", delay)
         replica.stop()
+
+
+def test_doctor_says_whether_they_are_loaded_and_who_loads_them(server: Server) -> None:
+    _unload(server)
+    prefix = f"f{uuid4().hex[:6]}"
+    tenant = server.user(prefix, "saver")
+
+    def scripts(url: str) -> Any:
+        (check,) = [c for c in diagnose(url, prefix) if c.name == "scripts"]
+        return check
+
+    missing = scripts(tenant)
+    assert missing.status == "fail" and "streamsaver functions load" in missing.remedy, missing
+    assert "pw" not in missing.remedy  # the URL's password is not repeated
+    assert scripts(server.url).status == "ok"  # the default user loads them on first use
+    load_library(server.url)
+    assert scripts(tenant).status == "ok" and LIBRARY_NAME in scripts(tenant).detail
+    permissions = [c for c in diagnose(tenant, prefix) if c.name == "permissions"]
+    assert [c.status for c in permissions] == ["ok"], permissions
