@@ -148,19 +148,7 @@ def test_a_sync_tail_on_a_silent_server_raises_in_bounded_time(
     client.close()
 
 
-@pytest.mark.parametrize(
-    "kind",
-    [
-        "tail",
-        pytest.param(
-            "tail_all",
-            marks=pytest.mark.xfail(
-                reason="a probe reconnecting a pool connection of the client: its handshake "
-                "waits the client's socket timeout, and stop() cannot reach it yet"
-            ),
-        ),
-    ],
-)
+@pytest.mark.parametrize("kind", ["tail", "tail_all"])
 def test_stop_ends_a_sync_tail_waiting_on_a_silent_server(
     server: EmbeddedRedis, short_grace: float, kind: str
 ) -> None:
@@ -314,4 +302,28 @@ async def test_a_burst_of_store_calls_is_paced_not_one_giant_write(
     await asyncio.sleep(0.5)
     assert admin.dbsize() == before  # nothing landed after every caller had its answer
     admin.close()
+    await client.aclose()
+
+
+async def test_the_console_hub_reports_a_silent_server(
+    server: EmbeddedRedis, short_grace: float, parser: Any
+) -> None:
+    """The console's one ``atail_all``: its clients are told (and reconnect) rather than
+    waiting on a hub that went quiet for good."""
+    from streamsaver.web._hub import FeedHub
+
+    client = aredis.Redis.from_url(server.url, parser_class=parser)
+    hub = FeedHub(AsyncRedisStreamSaver(client, prefix="b"))
+    await hub.start()
+    _freeze(server)
+    try:
+        waiting = asyncio.ensure_future(hub.after(hub.next_seq))
+        done, _ = await asyncio.wait({waiting}, timeout=BOUND_S)
+    finally:
+        _thaw(server)
+    if not done:
+        waiting.cancel()
+    assert done, f"the hub's clients still wait {BOUND_S} s after the server stopped answering"
+    assert isinstance(waiting.exception(), ServerUnavailableError), repr(waiting.exception())
+    await hub.close()
     await client.aclose()

@@ -19,7 +19,7 @@ from ..transport.core import Pipeline, run
 from ..transport.resp import packed
 from ..transport.sending import load_scripts, relearn, send_pipeline
 from .base import C, Driving, Halted, Saver, Shell, T, leaving, raise_errors
-from .blocking import GRACE_S, NETWORK, UNKNOWN, Asking, Dedicated, Exchange, Read
+from .blocking import GRACE_S, NETWORK, UNKNOWN, Asking, Dedicated, Exchange, Read, within
 from .feeds import FeedTail
 from .groups import GroupReader
 from .steps import Batch, Deliver, TailFlow, TailOp
@@ -34,9 +34,12 @@ class SyncShell(Shell):
         sending = (send_pipeline, load_scripts, relearn)
         super().__init__(saver, isinstance(saver.client, RedisCluster), sending)
         self.lock = threading.Lock()
-        # the pool connections its pipelines are on: a stop() shuts them down
+        # the pool connection the iteration's pipeline is on: a stop() shuts it down
         self.busy: set[Any] = set()
         self.cut: set[Any] = set()  # those a stop() shut down
+        # the thread iterating, while it does a step: its steps end at a stop (a group's leave,
+        # after the iteration, and ack() from other threads do not)
+        self.driving: int | None = None
         if not self.cluster:
             self.verbs = {**self.verbs, Pipeline: self.pipeline}
 
@@ -92,35 +95,54 @@ class SyncShell(Shell):
     def pipeline(self, step: Pipeline) -> list[Any]:
         """``step`` on a connection of the client's pool, as ``send_pipeline`` sends it, where a
         ``stop()`` reaches it: its socket is shut down, and the step ends ``Halted``."""
+        if self._halted():
+            raise Halted
         pool = self.client.connection_pool
         conn = pool.get_connection()
-        with self.lock:
-            self.busy.add(conn)
+        if self.driving == threading.get_ident():
+            # the iteration's: a stop() shuts it down (an ack() from another thread goes on)
+            with self.lock:
+                self.busy.add(conn)
+
+        # a client without a socket timeout would wait on a silent server for good
+        bound = {} if conn.socket_timeout else {"timeout": within()}
+        callbacks = self.client.response_callbacks
 
         def attempt() -> list[Any]:
-            if conn in self.cut:  # not sent again once a stop() shut it down
+            if conn in self.cut or self._halted():  # not sent again once stopped
                 raise Halted
             conn.send_packed_command(packed(conn, step.commands))
             replies: list[Any] = []
             for command in step.commands:
+                # what the client's parse_response does, with the bound
                 try:
-                    replies.append(self.client.parse_response(conn, command[0]))
+                    reply = conn.read_response(**bound)
                 except ResponseError as exc:
                     replies.append(exc)
+                    continue
+                name = command[0]
+                replies.append(callbacks[name](reply) if name in callbacks else reply)
             return replies
 
         try:
             # the connection's retry policy, as the client's own pipeline uses it
             return conn.retry.call_with_retry(attempt, lambda _: conn.disconnect())  # type: ignore[no-any-return]
-        except BaseException:
+        except BaseException as exc:
             # replies may still be in flight: the pool's next user must not read them
             conn.disconnect()
+            if conn in self.cut and not isinstance(exc, Halted):
+                raise Halted from exc
             raise
         finally:
             with self.lock:
                 self.busy.discard(conn)
                 self.cut.discard(conn)
             pool.release(conn)
+
+    def _halted(self) -> bool:
+        """Whether the step being sent is cut short: the iteration's own, once stopped (or
+        sent again after a stop() shut its connection down)."""
+        return self.stopped.is_set() and self.driving == threading.get_ident()
 
     def exchange(self, step: Exchange) -> list[Any]:
         conn = self._connected(self._connection(None)).conn
@@ -215,7 +237,12 @@ class _Driver(Driving):
                     yield step.item
                     self.resume(None)
                 else:
-                    self.resume(self.io.send(step))
+                    self.io.driving = threading.get_ident()
+                    try:
+                        reply = self.io.send(step)
+                    finally:
+                        self.io.driving = None
+                    self.resume(reply)
         except Halted:
             return
         finally:
