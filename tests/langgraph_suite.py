@@ -19,6 +19,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from importlib.metadata import version
@@ -78,8 +79,12 @@ class Outcome:
 
 def run(sdist: Path, redis_url: str, args: list[str], timeout: float = 900) -> Outcome:
     """pytest over the sdist's tests with ``args`` (files, options), streamsaver's runs only."""
-    report = sdist / "streamsaver-junit.xml"
-    report.unlink(missing_ok=True)
+    # a file of this run's own: two runs may share the cached sdist
+    with tempfile.TemporaryDirectory() as scratch:
+        return _run(sdist, redis_url, args, timeout, Path(scratch) / "junit.xml")
+
+
+def _run(sdist: Path, redis_url: str, args: list[str], timeout: float, report: Path) -> Outcome:
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(_HERE), os.environ.get("PYTHONPATH", "")]),
