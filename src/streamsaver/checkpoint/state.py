@@ -34,7 +34,7 @@ SLICE_RESTARTS = 3
 # no writer appends, so each call gains more than the writers add in the round trip between.
 # After TAIL_CALLS_MOST such calls still behind, the compaction gives up slicing and finishes in
 # one script (lua/checkpoint/compact.lua), as after SLICE_RESTARTS rewrites (docs/retention.md).
-TAIL_BUDGET_MOST = 8
+TAIL_BUDGET_MOST = 4
 TAIL_CALLS_MOST = 200
 
 
