@@ -224,6 +224,39 @@ def test_a_copy_racing_prunes_and_deletes_in_a_loop(sync_saver: RedisStreamSaver
     assert copies > 3
 
 
+def test_a_copy_into_a_live_thread_racing_a_prune_appends_one_version(
+    sync_saver: RedisStreamSaver,
+) -> None:
+    """Into a target with a history of its own, the copy is appended after it once the source
+    was read whole: the copied events are those of one version of the source."""
+    _source(sync_saver)
+    History(sync_saver, thread_id="dst").run(2, start=500)
+    own = [e.id for e in sync_saver.history("dst")]
+    log = sync_saver._ops.keys("src").log
+    flow = sync_saver._ops.copy_thread("src", "dst")
+    drive(sync_saver, flow, log, lambda: sync_saver.prune(["src"], strategy="keep_latest"))
+    events = list(sync_saver.history("dst"))
+    assert [e.id for e in events[: len(own)]] == own
+    copied = [e.copy_of for e in events[len(own) :]]
+    assert copied == [("src", e.id) for e in sync_saver.history("src")]
+
+
+def test_a_copy_into_a_deleted_thread_racing_a_prune(sync_saver: RedisStreamSaver) -> None:
+    """A deleted id keeps its deletion first (old workers stay refused), then one version of
+    the source; the thread is live again."""
+    _source(sync_saver)
+    History(sync_saver, thread_id="dst").run(2, start=500)
+    sync_saver.delete_thread("dst")
+    log = sync_saver._ops.keys("src").log
+    flow = sync_saver._ops.copy_thread("src", "dst")
+    drive(sync_saver, flow, log, lambda: sync_saver.prune(["src"], strategy="keep_latest"))
+    events = list(sync_saver.history("dst"))
+    assert events[0].kind == "thread_deleted"
+    assert [e.copy_of for e in events[1:]] == [("src", e.id) for e in sync_saver.history("src")]
+    assert "dst" in sync_saver.thread_ids()
+    assert _ids(sync_saver, "dst") == _ids(sync_saver, "src")
+
+
 def test_import_refuses_a_thread_deleted_event(sync_saver: RedisStreamSaver) -> None:
     """The server side of the rule: a `thread_deleted` event is never imported as an ordinary
     one (it would mark the target deleted)."""
