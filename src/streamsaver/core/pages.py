@@ -14,7 +14,9 @@ every id of the old (lua/shared/slice.lua's ``first_entry_id``, lua/checkpoint/c
 the log's first id after each page, in the same round trip: the same id as before its first page
 means no rewrite came before that read, so none before the page either (ids of a rewritten log
 only grow: the old first id never comes back). A different one raises ``LogRewrittenError``;
-the reader restarts on the new log or lets it go to its caller.
+the reader restarts on the new log or lets it go to its caller. That costs one entry more per
+page, the log's first: a compacted or deleted log's tombstone, or the thread's first checkpoint
+(its input, usually small; no command returns an entry's id without its fields).
 """
 
 from __future__ import annotations
