@@ -428,6 +428,16 @@ def test_a_tail_to_the_end_across_a_compaction_goes_on_in_the_new_log(
     assert len(first) == 10
 
 
+def test_a_tail_to_the_end_across_a_deletion_sees_it(sync_saver: RedisStreamSaver) -> None:
+    _source(sync_saver)
+    it = iter(sync_saver.tail("src", after="0", follow=False, count=10))
+    assert len([next(it) for _ in range(10)]) == 10
+    sync_saver.delete_thread("src")
+    rest = list(it)
+    assert [e.kind for e in rest] == ["thread_deleted"]
+    assert rest[0].thread_deleted is not None and rest[0].thread_deleted.count > 20
+
+
 def test_a_follow_tail_across_a_compaction(sync_saver: RedisStreamSaver) -> None:
     """A follow tail goes on after its cursor in the new log: the tombstone, then the copies,
     each naming its original: the one it read, or one the tombstone says was removed."""
