@@ -18,7 +18,8 @@ import pytest
 import redis
 from langgraph.checkpoint.base.id import uuid6
 
-from streamsaver import RedisStreamSaver
+from streamsaver import RedisStreamSaver, RedisStreamStore
+from streamsaver.core.keys import store_bucket, store_keys
 from streamsaver.core.slicing import DEFAULT_SLICE_MS
 from streamsaver.embedded import EmbeddedRedis
 
@@ -53,11 +54,12 @@ def _conversation(
     size: int,
     start: int = 0,
     channels: tuple[str, ...] = ("messages",),
+    writes: bool = True,
 ) -> None:
     """An agent's conversation as LangGraph writes it: each step a node's write of one
     message to each channel, then a checkpoint whose list values are the whole conversation
     so far; from step ``start`` on (0: a new thread, which starts with LangGraph's input
-    checkpoint)."""
+    checkpoint). Without ``writes``, each message is stored in its checkpoint's event."""
     if start == 0:
         empty = {"v": 1, "id": str(uuid6()), "ts": "", "channel_values": {},
                  "channel_versions": {}, "versions_seen": {}}  # fmt: skip
@@ -66,7 +68,8 @@ def _conversation(
         latest = saver.get_tuple(_config(thread_id))
         assert latest is not None
         message = _message(step, size)
-        saver.put_writes(latest.config, [(c, message) for c in channels], str(uuid.uuid4()))
+        if writes:
+            saver.put_writes(latest.config, [(c, message) for c in channels], str(uuid.uuid4()))
         previous = latest.checkpoint
         values, versions = dict(previous["channel_values"]), dict(previous["channel_versions"])
         for c in channels:
@@ -190,3 +193,53 @@ def test_a_keep_last_put_leaves_a_large_compaction_to_slices(server: redis.Redis
 
     slow = _attempts(run)
     assert slow == [], f"scripts over {BOUND_US} µs: {slow[:5]}"
+
+
+def test_a_filtered_list_of_large_checkpoints_holds_the_server_a_few_slices(
+    server: redis.Redis,
+) -> None:
+    """list() with a filter nothing matches reads each checkpoint's event for its metadata: a
+    page stopped after 1,000 of them, whatever they held (here 120 events of ~20 KB). An
+    unfiltered page returns its checkpoints' values, what the caller asked for, and is not
+    bounded here."""
+    saver = RedisStreamSaver(server, prefix=f"f{uuid.uuid4().hex[:8]}")
+    _conversation(saver, "t", 120, 20_000, writes=False)
+
+    def run() -> list[tuple[int, str]]:
+        with _measuring(server) as slow:
+            found = list(saver.list(_config("t"), filter={"step": -5}))
+        assert found == []
+        some = list(saver.list(_config("t"), filter={"step": 100}))
+        assert [c.metadata["step"] for c in some] == [100]
+        assert some[0].checkpoint["channel_values"]["messages"][-1] == _message(100, 20_000)
+        return slow
+
+    slow = _attempts(run)
+    assert slow == [], f"scripts over {BOUND_US} µs: {slow[:5]}"
+
+
+def test_the_store_pages_its_log_by_bytes(server: redis.Redis) -> None:
+    """The Store's rebuild and verify read its log ten entries at a time, whatever they held:
+    ten documents of 200 KB were 2 MB copied into one slice. Now no page of the bucket's log
+    asks for more than one such document (what each XRANGE a slice sends asks for is in
+    SLOWLOG, which logs the commands a script calls, whatever their time: a count, not a
+    duration)."""
+    prefix = f"s{uuid.uuid4().hex[:8]}"
+    store = RedisStreamStore(server, prefix=prefix)
+    for i in range(20):
+        store.put(("docs",), f"d{i}", {"text": _message(i, 200_000)})
+    log = store_keys(prefix, store_bucket("docs")).log.encode()
+    server.config_set("slowlog-log-slower-than", 0)
+    server.slowlog_reset()
+    try:
+        store.rebuild()
+        applied, skipped, problems = store.verify()
+        entries = server.slowlog_get(100_000)
+    finally:
+        server.config_set("slowlog-log-slower-than", -1)
+    assert (applied, skipped, problems) == (20, 0, [])
+    pages = [e["command"].split() for e in entries if e["command"].startswith(b"XRANGE " + log)]
+    counts = [int(words[-1]) for words in pages if words[-2].upper() == b"COUNT"]
+    assert counts and max(counts) == 1, sorted(counts)[-5:]
+    item = store.get(("docs",), "d19")
+    assert item is not None and item.value == {"text": _message(19, 200_000)}

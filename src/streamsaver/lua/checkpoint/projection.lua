@@ -550,6 +550,11 @@ local function entry_size(f)
   for k, v in pairs(f) do
     n = n + #k + #v + FIELD_BYTES
   end
+  if f.dg and not f.ch then
+    -- a writer's fields as it sent them, whose digests append_event() added to the entry: the
+    -- ch it added too (40 hex digits), so a writer counts what a replay of the entry counts
+    n = n + 2 + 40 + FIELD_BYTES
+  end
   return n
 end
 
@@ -585,26 +590,6 @@ local function apply(log, ix, ptr, id, f, cache, checked, known)
     redis.call('ZADD', ix, 0, 'e' .. id)
   end
   return true
-end
-
--- A page of the log's entries from `start` (an XRANGE start) for a loop that reads it a page
--- at a time: at most `most` entries, and about PAGE_BYTES once this call has seen how large
--- they are (its first page is one entry). Counting entries alone, one page of a pruned log's
--- checkpoints (each may hold a whole conversation) copied megabytes into the script at once.
--- Returns the page and the count asked for (a shorter page is the log's end).
-local PAGE_BYTES = 65536
-local entry_bytes = nil  -- the largest entry this call has read
-local function log_page(log, start, most)
-  local n = entry_bytes and math.max(1, math.min(most, math.floor(PAGE_BYTES / entry_bytes))) or 1
-  local page = redis.call('XRANGE', log, start, '+', 'COUNT', n)
-  for _, e in ipairs(page) do
-    local bytes = 0
-    for i = 2, #e[2], 2 do
-      bytes = bytes + #e[2][i]
-    end
-    entry_bytes = math.max(entry_bytes or 1, bytes)
-  end
-  return page, n
 end
 
 -- Replay the log's entries from `start` (an XRANGE start: '-', or '(' .. the last one done)

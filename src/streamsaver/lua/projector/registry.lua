@@ -233,7 +233,7 @@ local function recompute(keys, prefix, t)
   end
   local start, acc = '-', {}
   while true do
-    local batch = redis.call('XRANGE', log, start, '+', 'COUNT', 1000)
+    local batch = log_page(log, start, 1000)
     if #batch == 0 then
       add_members(acc)
       return

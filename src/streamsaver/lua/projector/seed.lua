@@ -53,8 +53,7 @@ for i = 7, #ARGV do
     from, upto, done = '-', last, row == nil
   end
   while not done and not (units > 0 and over(budget)) do
-    local batch = redis.call('XRANGE', log, from == '-' and '-' or '(' .. from, upto,
-                             'COUNT', PAGE)
+    local batch, asked = log_page(log, from == '-' and '-' or '(' .. from, PAGE, upto)
     -- a page's read is not a unit: counted in one, it made every event look as long
     units_begin()
     for _, e in ipairs(batch) do
@@ -64,7 +63,7 @@ for i = 7, #ARGV do
         break
       end
     end
-    done = #batch < PAGE and (#batch == 0 or from == batch[#batch][1])
+    done = #batch < asked and (#batch == 0 or from == batch[#batch][1])
   end
   if not done then
     place = from .. ' ' .. upto

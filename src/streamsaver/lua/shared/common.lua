@@ -82,6 +82,28 @@ local function entry_fields(log, eid, cache)
   return f
 end
 
+-- A page of a stream's entries from `start` (an XRANGE start) for a loop that reads it a page
+-- at a time: at most `most` entries, and about PAGE_BYTES once this call has seen how large
+-- they are (its first page is one entry). Counting entries alone, one page of a pruned log's
+-- checkpoints (each may hold a whole conversation), or of a Store's large documents, copied
+-- megabytes into the script at once.
+-- `stop`: the page's last id (XRANGE's end), '+' by default. Returns the page and the count
+-- asked for (a shorter page is the range's end).
+local PAGE_BYTES = 65536
+local entry_bytes = nil  -- the largest entry this call has read
+local function log_page(log, start, most, stop)
+  local n = entry_bytes and math.max(1, math.min(most, math.floor(PAGE_BYTES / entry_bytes))) or 1
+  local page = redis.call('XRANGE', log, start, stop or '+', 'COUNT', n)
+  for _, e in ipairs(page) do
+    local bytes = 0
+    for i = 2, #e[2], 2 do
+      bytes = bytes + #e[2][i]
+    end
+    entry_bytes = math.max(entry_bytes or 1, bytes)
+  end
+  return page, n
+end
+
 -- An append part that names the bytes of a write instead of holding them (see core/delta.py):
 -- msgpack ["shared", "<event id> w<i>", offset, n]; nil for any other part. The write's field
 -- from offset on is the tail. A reference that does not resolve returns false and a reason.

@@ -103,7 +103,7 @@ if mode == 'since' then
   out = { ARGV[6], 0 }
   local seen = {}
   while true do
-    local batch = redis.call('XRANGE', log, '(' .. out[1], '+', 'COUNT', 10)
+    local batch, asked = log_page(log, '(' .. out[1], 10)
     for _, e in ipairs(batch) do
       local f = fields_of(e[2])
       local member = f.ns and f.key and (names and f.ns or (lp(f.ns) .. f.key))
@@ -117,7 +117,7 @@ if mode == 'since' then
       end
       out[1] = e[1]
     end
-    if #batch < 10 then
+    if #batch < asked then
       out[2] = 1
       return out
     end

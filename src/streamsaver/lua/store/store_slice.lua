@@ -61,7 +61,7 @@ end
 -- replay what the scratch keys lack; true once they hold the whole log
 local function catch_up()
   while true do
-    local batch = redis.call('XRANGE', log, s.at == '' and '-' or '(' .. s.at, '+', 'COUNT', 10)
+    local batch, asked = log_page(log, s.at == '' and '-' or '(' .. s.at, 10)
     local n = 0
     for _, e in ipairs(batch) do
       local f = fields_of(e[2])
@@ -81,7 +81,7 @@ local function catch_up()
         break
       end
     end
-    if n == #batch and #batch < 10 then
+    if n == #batch and #batch < asked then
       return true
     end
     if stopped then
