@@ -366,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
             stats = client.info("latencystats")
             # (FCALL: the library's functions; EVALSHA on a server without Functions)
             script_keys = [f"latency_percentiles_usec_{v}" for v in ("fcall", "evalsha")]
-            stat = next((stats[k] for k in script_keys if k in stats), {})
+            stat: dict[str, Any] = next((stats[k] for k in script_keys if k in stats), {})
             scripts[label] = "/".join(f"{stat.get(q, 0) / 1000:.2f}" for q in QUANTILES)
             # and the longest of every other command (pages of XRANGE, ...), by name
             name, most = max(
