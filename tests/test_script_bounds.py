@@ -19,7 +19,8 @@ import redis
 from langgraph.checkpoint.base.id import uuid6
 
 from streamsaver import RedisStreamSaver, RedisStreamStore
-from streamsaver.core.keys import store_bucket, store_keys
+from streamsaver.core.flow import Eval
+from streamsaver.core.keys import rebuild_keys, store_bucket, store_keys, verify_keys
 from streamsaver.core.slicing import DEFAULT_SLICE_MS
 from streamsaver.embedded import EmbeddedRedis
 
@@ -243,3 +244,27 @@ def test_the_store_pages_its_log_by_bytes(server: redis.Redis) -> None:
     assert counts and max(counts) == 1, sorted(counts)[-5:]
     item = store.get(("docs",), "d19")
     assert item is not None and item.value == {"text": _message(19, 200_000)}
+
+
+def test_a_slice_restarts_when_an_entry_it_replayed_is_removed(server: redis.Redis) -> None:
+    """A sliced rebuild or verify no longer reads its cursor's entry again to see that it is
+    still there (a pruned checkpoint may hold a whole conversation): the log's length tells an
+    entry removed by hand, and the first entry a rewrite."""
+    saver = RedisStreamSaver(server, prefix=f"r{uuid.uuid4().hex[:8]}")
+    _conversation(saver, "t", 5, 100)
+    keys = saver._ops.keys("t")
+    scratch = (*keys, *rebuild_keys(keys))
+    state, cursor, fresh, *_ = saver._execute(Eval("replay_slice", scratch, ("", 3, 1000)))
+    assert (state, int(fresh)) == (b"more", 1)
+    server.xdel(keys.log, cursor)
+    state, _, fresh, *_ = saver._execute(Eval("replay_slice", scratch, (cursor.decode(), 3, 1000)))
+    assert int(fresh) == 1  # started again
+
+    verifying = (*keys, *verify_keys(keys))
+    reply = saver._execute(Eval("verify_slice", verifying, ("", "tok", "start", 3, 1000)))
+    assert reply[0] == b"more"
+    entries: Any = server.xrange(keys.log)
+    server.xdel(keys.log, entries[1][0])
+    reply = saver._execute(Eval("verify_slice", verifying, ("", "tok", "", 3, 1000)))
+    assert int(reply[1]) == 1  # started again
+    server.delete(*rebuild_keys(keys), *verify_keys(keys))

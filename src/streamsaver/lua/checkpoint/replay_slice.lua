@@ -18,11 +18,13 @@ local most, budget = tonumber(ARGV[2]), tonumber(ARGV[3])
 local first_id = first_entry_id(log)
 local start, fresh = '-', 1
 if ARGV[1] ~= '' then
-  local state = redis.call('HMGET', st, 'at', 'first')
+  local state = redis.call('HMGET', st, 'at', 'first', 'n')
   -- every entry up to the cursor still there: only appends happened since (XADD never inserts
-  -- before the last id); a trim removes the first entry, a deletion the cursor's
+  -- before the last id); a trim or a rewrite removes the first entry, a deletion by hand
+  -- shortens the log (the cursor's entry is not read again: it may be large, and each slice
+  -- read it)
   if state[1] == ARGV[1] and state[2] == first_id and
-      #redis.call('XRANGE', log, ARGV[1], ARGV[1]) == 1 then
+      redis.call('XLEN', log) >= (tonumber(state[3]) or 0) then
     start, fresh = '(' .. ARGV[1], 0
   end
 end
@@ -43,7 +45,7 @@ sink = direct
 
 if not done then
   out[2] = last
-  save_slice(st, {at = last, first = first_id}, {sx, sp, st})
+  save_slice(st, {at = last, first = first_id, n = redis.call('XLEN', log)}, {sx, sp, st})
   return out
 end
 out[1], out[2] = 'done', last or ARGV[1]
