@@ -327,3 +327,32 @@ async def test_the_console_hub_reports_a_silent_server(
     assert isinstance(waiting.exception(), ServerUnavailableError), repr(waiting.exception())
     await hub.close()
     await client.aclose()
+
+
+async def test_calls_on_a_silent_server_each_get_a_typed_error_in_bounded_time(
+    server: EmbeddedRedis, parser: Any
+) -> None:
+    """The kept connection (hiredis) and the pump (without): with a socket timeout, every
+    queued call on a stalled server fails typed, saying its write may have landed, and the
+    saver works on once the server answers again."""
+    client = aredis.Redis.from_url(
+        server.url, socket_timeout=0.5, socket_connect_timeout=0.5, parser_class=parser
+    )
+    saver = AsyncRedisStreamSaver(client, prefix="b")
+    _put(RedisStreamSaver(redis.Redis.from_url(server.url), prefix="b"))
+    assert await saver.aget_tuple(_config("t")) is not None
+    _freeze(server)
+    try:
+        calls = [asyncio.ensure_future(saver.aget_tuple(_config("t"))) for _ in range(20)]
+        done, pending = await asyncio.wait(calls, timeout=BOUND_S)
+    finally:
+        _thaw(server)
+    for call in pending:
+        call.cancel()
+    assert not pending, f"{len(pending)} of {len(calls)} calls still wait {BOUND_S} s on"
+    for call in done:
+        error = call.exception()
+        assert isinstance(error, ServerUnavailableError), repr(error)
+        assert "may or may not have been applied" in str(error), str(error)
+    assert await saver.aget_tuple(_config("t")) is not None
+    await client.aclose()
