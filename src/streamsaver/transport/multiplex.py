@@ -50,6 +50,7 @@ __all__ = ["Group", "Link"]
 _ROOMY = 16
 _STOCK = (aconn.Connection, aconn.SSLConnection, aconn.UnixDomainSocketConnection)
 _NOT_ENOUGH = False
+_LOW_WATER = 500  # unanswered commands below which a burst's next batch is written
 
 
 class Group:
@@ -83,6 +84,10 @@ class Link(asyncio.Protocol):
         self.timeout: float | None = conn.socket_timeout
         self.heard = self.loop.time()
         self.watch: asyncio.TimerHandle | None = None
+        # commands written and not answered yet, and who to tell once few are (a burst's
+        # writer, transport/pipelining.py): at half a batch, or when the link is lost
+        self.unanswered = 0
+        self.drained: Callable[[], None] | None = None
         self.giving_back: asyncio.Task[None] | None = None
         writer = conn._writer
         if writer is None or writer.transport.is_closing():
@@ -150,7 +155,9 @@ class Link(asyncio.Protocol):
 
     def write(self, groups: list[Group]) -> None:
         """Send ``groups`` in one write; each future resolves with its group's replies."""
-        self.transport.write(b"".join(packed(self.conn, [c for g in groups for c in g.commands])))
+        commands = [c for g in groups for c in g.commands]
+        self.transport.write(b"".join(packed(self.conn, commands)))
+        self.unanswered += len(commands)
         if not self.waiting:
             self.heard = self.loop.time()
         self.waiting.extend(groups)
@@ -169,7 +176,10 @@ class Link(asyncio.Protocol):
                 self._close(RedisConnectionError(f"protocol error: {exc}"))
                 return
             if reply is _NOT_ENOUGH:
+                if self.drained is not None and self.unanswered <= _LOW_WATER:
+                    self._tell_drained()
                 return
+            self.unanswered -= 1
             if not waiting:  # a reply nobody asked for: the stream is out of step
                 self._close(RedisConnectionError("a reply no command asked for"))
                 return
@@ -239,6 +249,15 @@ class Link(asyncio.Protocol):
             future = self.waiting.popleft().future
             if not future.done():
                 future.set_exception(exc)
+        self.unanswered = 0
+        if self.drained is not None:
+            # what waits to be written goes out on a new link
+            self._tell_drained()
+
+    def _tell_drained(self) -> None:
+        drained, self.drained = self.drained, None
+        if drained is not None:
+            drained()
 
     async def _give_back(self) -> None:
         try:

@@ -158,10 +158,22 @@ class AutoPipeline:
             # a caller cancelled before its group went out costs nothing
             groups = [group for group in lane.queued if not group.future.done()]
             lane.queued = []
-            if groups:
+            if groups and link.unanswered < _WRITE_COMMANDS:
+                groups, lane.queued = _batch(groups)
                 link.write(groups)
+            else:
+                lane.queued = groups
+            if lane.queued:
+                # a burst: the rest goes out as replies come in (or the link is lost), so a
+                # write never holds more than about one batch unanswered
+                link.drained = partial(self._again_soon, lane)
         elif lane.linking is None:
             lane.linking = asyncio.get_running_loop().create_task(self._link(lane))
+
+    def _again_soon(self, lane: _Lane) -> None:
+        if not lane.flushing:
+            lane.flushing = True
+            asyncio.get_running_loop().call_soon(self._flush, lane)
 
     async def _link(self, lane: _Lane) -> None:
         try:
