@@ -17,6 +17,8 @@
 --                  "v" .. lp(ns) .. lp(checkpoint_id) .. i   -> the i-th, and
 --                  "u" .. lp(ns) .. lp(checkpoint_id) .. lp(task) .. idx -> its i (pending_writes())
 --                  "h" -> the dg of the log's last entry, if it has one (see append_event())
+--                  "z" -> about what compacting the log would copy (checkpoint/projection.lua's
+--                      entry_size()), which decides where a keep_last put compacts
 --                  "x" .. lp(ns) .. checkpoint_id, "m", "g", "d": what deletions left
 --                      (checkpoint/projection.lua's apply_delete and apply_thread_deleted)
 --   KEYS[4] feed (scripts that append: append, import, delete_runs, compact) stream of
