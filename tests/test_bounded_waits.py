@@ -372,3 +372,34 @@ async def test_calls_on_a_silent_server_each_get_a_typed_error_in_bounded_time(
         assert "may or may not have been applied" in str(error), str(error)
     assert await saver.aget_tuple(_config("t")) is not None
     await client.aclose()
+
+
+async def test_a_burst_whose_connection_is_killed_midway_answers_every_caller(
+    server: EmbeddedRedis, parser: Any
+) -> None:
+    """The connection a burst is being written on is killed: the calls already written fail
+    or are sent again, and those still waiting to be written go out on a new connection;
+    every caller gets its reply or a typed error."""
+    client = aredis.Redis.from_url(server.url, socket_timeout=2, parser_class=parser)
+    saver = AsyncRedisStreamSaver(client, prefix="b")
+    _put(RedisStreamSaver(redis.Redis.from_url(server.url), prefix="b"))
+    assert await saver.aget_tuple(_config("t")) is not None
+    admin = redis.Redis.from_url(server.url)
+
+    async def kill_soon() -> None:
+        await asyncio.sleep(0.01)
+        admin.client_kill_filter(_type="normal", skipme=True)
+
+    calls = [asyncio.ensure_future(saver.aget_tuple(_config("t"))) for _ in range(5000)]
+    killer = asyncio.ensure_future(kill_soon())
+    done, pending = await asyncio.wait(calls, timeout=BOUND_S)
+    await killer
+    for call in pending:
+        call.cancel()
+    assert not pending, f"{len(pending)} of {len(calls)} calls still wait {BOUND_S} s on"
+    for call in done:
+        error = call.exception()
+        assert error is None or isinstance(error, ServerUnavailableError), repr(error)
+    assert await saver.aget_tuple(_config("t")) is not None
+    admin.close()
+    await client.aclose()
