@@ -36,6 +36,8 @@ from streamsaver.transport import multiplex, pipelining, resp
 
 PARSERS = {"hiredis": _AsyncHiredisParser, "python": _AsyncRESP2Parser}
 BOUND_S = 10.0  # generous: the point is that the call returns, not how fast
+# what from_conn_string's defaults give: no socket timeout (redis-py's own default is 5 s)
+UNBOUNDED: dict[str, Any] = {"socket_timeout": None, "socket_connect_timeout": None}
 
 
 @pytest.fixture
@@ -123,9 +125,9 @@ def _async_reader(saver: AsyncRedisStreamSaver, kind: str) -> Any:
 def test_a_sync_tail_on_a_silent_server_raises_in_bounded_time(
     server: EmbeddedRedis, short_grace: float, kind: str
 ) -> None:
-    """Default client options (no socket timeout): the blocking read times out after its
-    grace, and the reconnect's handshake must not then wait for good."""
-    client = redis.Redis.from_url(server.url)
+    """No socket timeout (``from_conn_string``'s default): the blocking read times out after
+    its grace, and the reconnect's handshake must not then wait for good."""
+    client = redis.Redis.from_url(server.url, **UNBOUNDED)
     saver = RedisStreamSaver(client, prefix="b")
     _put(saver)
     reader = _sync_reader(saver, kind)
@@ -190,7 +192,7 @@ async def _follow_async(reader: Any, first: asyncio.Event) -> None:
 async def test_an_async_tail_on_a_silent_server_raises_in_bounded_time(
     server: EmbeddedRedis, short_grace: float, kind: str, parser: Any
 ) -> None:
-    client = aredis.Redis.from_url(server.url, parser_class=parser)
+    client = aredis.Redis.from_url(server.url, parser_class=parser, **UNBOUNDED)
     saver = AsyncRedisStreamSaver(client, prefix="b")
     _put(RedisStreamSaver(redis.Redis.from_url(server.url), prefix="b"))
     first = asyncio.Event()
@@ -328,7 +330,7 @@ async def test_the_console_hub_reports_a_silent_server(
     waiting on a hub that went quiet for good."""
     from streamsaver.web._hub import FeedHub
 
-    client = aredis.Redis.from_url(server.url, parser_class=parser)
+    client = aredis.Redis.from_url(server.url, parser_class=parser, **UNBOUNDED)
     hub = FeedHub(AsyncRedisStreamSaver(client, prefix="b"))
     await hub.start()
     _freeze(server)
