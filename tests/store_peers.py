@@ -1,0 +1,137 @@
+"""The Store tests LangGraph's stores ship, run against streamsaver's stores
+(tests/store_peers_plugin.py): ``InMemoryStore``'s (langgraph-checkpoint), ``PostgresStore``'s
+and ``AsyncPostgresStore``'s (langgraph-checkpoint-postgres), ``SqliteStore``'s and
+``AsyncSqliteStore``'s (langgraph-checkpoint-sqlite), their bodies unchanged, in a pytest
+subprocess per package.
+
+Each sdist, of the installed version, is fetched with ``pip download`` and unpacked into a
+cache directory (``STREAMSAVER_STORE_PEERS_HOME``, default
+``~/.cache/streamsaver/store-peers``), so only the first run downloads (~400 KB in all). A
+machine that cannot fetch them fails the tests that need them, saying why: they never skip.
+
+By hand, on a throwaway server::
+
+    python -m tests.store_peers                  # every package's store tests
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import xml.etree.ElementTree as ET
+from importlib.metadata import version
+from pathlib import Path
+
+from tests.langgraph_suite import Outcome
+
+__all__ = ["PACKAGES", "fetch", "run"]
+
+_HERE = Path(__file__).resolve().parent
+
+# per package, its store test files
+PACKAGES = {
+    "langgraph-checkpoint": ["tests/test_store.py"],
+    "langgraph-checkpoint-postgres": ["tests/test_store.py", "tests/test_async_store.py"],
+    "langgraph-checkpoint-sqlite": ["tests/test_store.py", "tests/test_async_store.py"],
+}
+
+
+def _home() -> Path:
+    default = Path.home() / ".cache" / "streamsaver" / "store-peers"
+    return Path(os.environ.get("STREAMSAVER_STORE_PEERS_HOME") or default)
+
+
+def fetch(package: str) -> Path:
+    """The unpacked sdist of the installed version of ``package``."""
+    wanted = version(package)
+    stem = f"{package.replace('-', '_')}-{wanted}"
+    home = _home()
+    root = home / stem
+    if (root / "tests").is_dir():
+        return root
+    home.mkdir(parents=True, exist_ok=True)
+    download = home / f"download-{stem}"
+    shutil.rmtree(download, ignore_errors=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check",
+         "--no-deps", "--no-binary", ":all:", "-d", str(download), f"{package}=={wanted}"],
+        capture_output=True, text=True, check=False, timeout=300,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(
+            f"downloading the {package} {wanted} sdist (its tests) failed: "
+            f"{(done.stderr or done.stdout).strip()[-800:]}"
+        )
+    (archive,) = download.glob("*.tar.gz")
+    partial = home / f"{stem}.partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    with tarfile.open(archive) as tar:
+        tar.extractall(partial, filter="data")
+    (unpacked,) = partial.iterdir()
+    unpacked.rename(root)
+    shutil.rmtree(partial, ignore_errors=True)
+    shutil.rmtree(download, ignore_errors=True)
+    return root
+
+
+def run(package: str, redis_url: str, args: list[str], timeout: float = 600) -> Outcome:
+    """pytest over ``package``'s store tests (``args``: options, more files) with streamsaver's
+    stores in place of its own; test ids as ``file::name[params]``."""
+    root = fetch(package)
+    report = root / "streamsaver-junit.xml"
+    report.unlink(missing_ok=True)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(_HERE), os.environ.get("PYTHONPATH", "")]),
+        "STREAMSAVER_STORE_PEERS_REDIS_URL": redis_url,
+    }
+    command = [
+        sys.executable, "-m", "pytest", "-p", "store_peers_plugin", "-p", "no:cacheprovider",
+        "-q", f"--junitxml={report}", "-o", "junit_family=xunit1",
+        "-o", "asyncio_default_fixture_loop_scope=function", "--timeout=60",
+        *PACKAGES[package], *args,
+    ]  # fmt: skip
+    done = subprocess.run(
+        command, cwd=root, env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
+    outcome = Outcome(done.returncode, done.stdout[-6000:] + done.stderr[-3000:])
+    if report.exists():
+        for case in ET.parse(report).getroot().iter("testcase"):
+            name = f"{case.get('file')}::{case.get('name')}"
+            if case.find("failure") is not None or case.find("error") is not None:
+                if name not in outcome.failed:  # a failed test whose teardown errs too
+                    outcome.failed.append(name)
+            elif case.find("skipped") is not None:
+                outcome.skipped.append(name)
+            else:
+                outcome.passed.append(name)
+    return outcome
+
+
+def main(argv: list[str]) -> int:
+    from streamsaver.embedded import EmbeddedRedis
+
+    if argv == ["--fetch"]:
+        for package in PACKAGES:
+            print(fetch(package))
+        return 0
+    code = 0
+    with EmbeddedRedis() as server:
+        for package in PACKAGES:
+            outcome = run(package, server.url, argv, timeout=3600)
+            print(outcome.output)
+            for name in outcome.failed:
+                print(f"FAILED {name}")
+            print(
+                f"{package} {version(package)}: {len(outcome.passed)} passed, "
+                f"{len(outcome.failed)} failed, {len(outcome.skipped)} skipped"
+            )
+            code = code or outcome.returncode
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
