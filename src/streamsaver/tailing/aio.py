@@ -56,8 +56,8 @@ class AsyncShell(Shell):
         if not self.cluster and not self.client.connection_pool.connection_kwargs.get(
             "socket_timeout"
         ):
-            # a client without a socket timeout would wait on a silent server for good; a
-            # cluster client has redis-py's default one
+            # a client with no socket timeout (None) would wait on a silent server for good;
+            # one that names none has redis-py's default, as a cluster client has
             self.verbs = {
                 **self.verbs,
                 Pipeline: _within(self.verbs[Pipeline]),
