@@ -80,6 +80,23 @@ async def test_store_value_with_an_int_out_of_range(
     assert item is not None and item.value == {"hi": 2**64 - 1, "lo": -(2**63)}
 
 
+@pytest.mark.parametrize("index", [[2**64], "text", [b"text"], ["text", None], {"text": 1}])
+def test_store_index_fields_that_are_not_paths(
+    redis_client: redis.Redis, prefix: str, index: Any
+) -> None:
+    def embed(texts: list[str]) -> list[list[float]]:
+        return [[float(len(t)), 1.0] for t in texts]
+
+    store = RedisStreamStore(
+        redis_client, prefix=prefix, index={"dims": 2, "embed": embed, "fields": ["text"]}
+    )
+    with pytest.raises(InvalidInputError, match=r"index=.*list of paths"):
+        store.put(("a",), "k", {"text": "x"}, index=index)
+    assert _keys(redis_client, prefix) == []
+    store.put(("a",), "k", {"text": "x"}, index=["text"])
+    store.put(("a",), "k", {"text": "x"}, index=False)
+
+
 # -- ids that are not text ---------------------------------------------------------------
 
 

@@ -182,6 +182,13 @@ class StoreOperations(ReadOperations, LogOperations):
             raise InvalidNamespaceError("Namespace cannot be empty.")
         if not isinstance(op.key, str):
             raise InvalidInputError(f"key={op.key!r}: give a string")
+        if op.index not in (None, False) and not (
+            isinstance(op.index, list) and all(isinstance(f, str) for f in op.index)
+        ):
+            raise InvalidInputError(
+                f"index={op.index!r} for key {op.key!r}: give a list of paths into the value "
+                f"to embed (e.g. ['text']), False for none, or None for the store's fields"
+            )
         namespace, key = joined(op.namespace), op.key
         if op.value is None:
             return ["mdel", namespace, key, "", "", "", *writer, ""]
