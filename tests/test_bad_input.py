@@ -176,6 +176,27 @@ def test_saver_ids_with_a_lone_surrogate(redis_client: redis.Redis, prefix: str)
     assert redis_client.xlen(log) == length
 
 
+def test_cli_thread_id_with_a_lone_surrogate(
+    redis_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "export.jsonl"
+    where = ["--url", redis_url, "--prefix", "p"]
+    for command in (
+        ["history", LONE],
+        ["tail", LONE],
+        ["verify", "--thread", LONE],
+        ["audit", "export", LONE],
+        ["audit", "export", LONE, "--out", str(out)],
+        ["store", "history", f"a{LONE}"],
+    ):
+        code = main([*command, *where])
+        stdout, err = capsys.readouterr()
+        assert code == 2, (command, stdout, err)
+        assert "lone surrogate" in err and "Traceback" not in err, (command, err)
+        assert stdout == "", (command, stdout)  # an export wrote no header either
+    assert not out.exists()
+
+
 # -- TTLs past what the server's expiry arithmetic holds ----------------------------------
 
 

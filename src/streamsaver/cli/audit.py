@@ -13,6 +13,7 @@ import typer
 from rich.markup import escape
 
 from ..checkpoint.base import DEFAULT_PREFIX
+from ..core.config import check_text
 from ..core.errors import InvalidInputError
 from .common import Every, Json, Prefix, Url, add, group, need_url, require_threads
 
@@ -85,6 +86,9 @@ def _threads(
 
     if every == (thread_id is not None):
         raise InvalidInputError("give a THREAD_ID or --all (not both)")
+    if thread_id is not None:
+        # before an export writes its header (or creates --out): bad input writes nothing
+        check_text(thread_id, "THREAD_ID")
     serde = _serde(decrypt)
     with RedisStreamSaver.from_conn_string(need_url(url), prefix=prefix, serde=serde) as saver:
         if known and thread_id is not None:
