@@ -286,9 +286,10 @@ async def test_a_burst_of_store_calls_is_paced_not_one_giant_write(
     largest = [0]
     link_write, exchange = multiplex.Link.write, pipelining.AutoPipeline._exchange
 
-    def write(link: Any, groups: list[Any]) -> None:
-        largest[0] = max(largest[0], sum(len(g.commands) for g in groups))
-        link_write(link, groups)
+    def write(link: Any, groups: list[Any], limit: int | None = None) -> list[Any]:
+        rest = link_write(link, groups, limit)
+        largest[0] = max(largest[0], sum(len(g.commands) for g in groups if g not in rest))
+        return rest
 
     async def exchanged(pipe: Any, groups: list[Any]) -> None:
         largest[0] = max(largest[0], sum(len(commands) for commands, _ in groups))
@@ -404,4 +405,39 @@ async def test_a_burst_whose_connection_is_killed_midway_answers_every_caller(
         assert error is None or isinstance(error, ServerUnavailableError), repr(error)
     assert await saver.aget_tuple(_config("t")) is not None
     admin.close()
+    await client.aclose()
+
+
+def _size(commands: Any) -> int:
+    return sum(len(a) for c in commands for a in c if isinstance(a, (bytes, str)))
+
+
+async def test_a_burst_of_large_calls_is_written_about_a_megabyte_at_a_time(
+    server: EmbeddedRedis, parser: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from streamsaver import AsyncRedisStreamStore
+
+    largest = [0]
+    link_write, exchange = multiplex.Link.write, pipelining.AutoPipeline._exchange
+
+    def write(link: Any, groups: list[Any], limit: int | None = None) -> list[Any]:
+        rest = link_write(link, groups, limit)
+        written = [g for g in groups if g not in rest]
+        largest[0] = max(largest[0], sum(_size(g.commands) for g in written))
+        return rest
+
+    async def exchanged(pipe: Any, groups: list[Any]) -> None:
+        largest[0] = max(largest[0], sum(_size(commands) for commands, _ in groups))
+        await exchange(pipe, groups)
+
+    monkeypatch.setattr(multiplex.Link, "write", write)
+    monkeypatch.setattr(pipelining.AutoPipeline, "_exchange", exchanged)
+    client = aredis.Redis.from_url(server.url, socket_timeout=5, parser_class=parser)
+    store = AsyncRedisStreamStore(client, prefix="large")
+    await store.aput(("warm",), "up", {"v": 0})
+    blob = "x" * 200_000
+    await asyncio.gather(*(store.aput(("large",), f"k{i}", {"v": blob}) for i in range(40)))
+    # 40 calls of ~200 KB: about a megabyte a write (the call that crosses it goes too)
+    assert 0 < largest[0] <= (1 << 20) + 2 * 210_000, largest[0]
+    assert len(await store.asearch(("large",), limit=100)) == 40
     await client.aclose()

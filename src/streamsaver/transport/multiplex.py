@@ -37,7 +37,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import InvalidResponse
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from .resp import packed
+from .resp import by_bytes, packed
 
 hiredis: Any
 try:
@@ -153,16 +153,27 @@ class Link(asyncio.Protocol):
     def usable(self) -> bool:
         return self.lost is None
 
-    def write(self, groups: list[Group]) -> None:
-        """Send ``groups`` in one write; each future resolves with its group's replies."""
+    def write(self, groups: list[Group], limit: int | None = None) -> list[Group]:
+        """Send ``groups`` in one write of about ``limit`` bytes at most (one group at least;
+        None: all of them), and return those left out; each future resolves with its group's
+        replies."""
         commands = [c for g in groups for c in g.commands]
-        self.transport.write(b"".join(packed(self.conn, commands)))
+        data = b"".join(packed(self.conn, commands))
+        rest: list[Group] = []
+        if limit is not None and len(data) > limit and len(groups) > 1:
+            # rare, so sized here rather than for every write
+            cut = by_bytes([g.commands for g in groups], limit)
+            groups, rest = groups[:cut], groups[cut:]
+            commands = [c for g in groups for c in g.commands]
+            data = b"".join(packed(self.conn, commands))
+        self.transport.write(data)
         self.unanswered += len(commands)
         if not self.waiting:
             self.heard = self.loop.time()
         self.waiting.extend(groups)
         if self.timeout is not None and self.watch is None:
             self.watch = self.loop.call_at(self.heard + self.timeout, self._check)
+        return rest
 
     def data_received(self, data: bytes) -> None:
         reader, waiting = self.reader, self.waiting

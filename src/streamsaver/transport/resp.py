@@ -29,7 +29,7 @@ try:
 except ImportError:  # pragma: no cover - hiredis is an optional extra
     _hiredis_pack = None
 
-__all__ = ["lean", "pack", "pack_python", "packed"]
+__all__ = ["by_bytes", "lean", "pack", "pack_python", "packed"]
 
 Command = Sequence[Any]
 
@@ -95,3 +95,18 @@ def packed(conn: Any, commands: Sequence[Any]) -> list[bytes]:
     if lean(conn):
         return [pack(commands)]
     return conn.pack_commands(commands)  # type: ignore[no-any-return]
+
+
+def by_bytes(groups: Sequence[Sequence[Command]], limit: int) -> int:
+    """How many of ``groups`` (each a caller's commands) fit in about ``limit`` bytes of
+    arguments: one at least."""
+    size = 0
+    for i, commands in enumerate(groups):
+        size += sum(
+            len(arg) if isinstance(arg, (bytes, str, memoryview)) else 8
+            for command in commands
+            for arg in command
+        )
+        if i and size > limit:
+            return i
+    return len(groups)
