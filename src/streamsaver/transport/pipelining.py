@@ -16,6 +16,12 @@ queued, written together on one connection, and their replies handed back in ord
   dropped; the pump still reads that caller's replies, so no later reply is matched to the
   wrong caller. Cancelling the pump itself (loop shutdown) disconnects the connection before
   it goes back to the pool, so unread replies cannot reach its next user.
+- Pacing: a write carries at most ~1,000 commands and ~1 MB; a burst's next write goes once
+  at most 500 commands wait for replies on a kept link, once the last is answered through the
+  pump. So no wait is longer than one batch's, and a burst cannot outlast the socket timeout
+  in one write while the server goes on running what it was sent.
+- Every caller is answered: its replies, or the error that failed its write (a connection
+  that could not be made included); nothing is sent again once its caller was told.
 - Users' clients keep working: the connection comes from the client's own pool, for one
   write and its replies, and goes back; closing the client closes it as before.
 
