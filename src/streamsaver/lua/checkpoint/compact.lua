@@ -22,10 +22,6 @@
 -- (docs/audit.md).
 -- Needs shared/common.lua, checkpoint/projection.lua and checkpoint/read.lua.
 
--- The longest log a put compacts in its own script (checkpoint/append.lua); a longer one is
--- compacted in slices (checkpoint/compact_slice.lua).
-local LONG_LOG = 2000
-
 -- Stream ids "<ms>-<seq>" in log order.
 local function id_less(a, b)
   local ams, aseq = string.match(a, '^(%d+)-(%d+)$')
@@ -102,51 +98,170 @@ local function records(log, ix, cache)
   return out
 end
 
--- A checkpoint's copy: its own value fields, and the parts (from any event) of each value it
--- needs that `provided` (per namespace, channel and version) does not hold yet.
-local function checkpoint_copy(log, ptr, eid, f, cache, provided)
-  local p = lp(f.ns)
-  local ev = copy_header(eid, f, '^b%d+$', 'nv')
-  local nv, needs = cmsgpack.unpack(f.nv), {}
+-- About the most a sliced compaction (checkpoint/compact_slice.lua) puts in one copy, as
+-- FIELD_BYTES counts (checkpoint/projection.lua's entry_size()). A kept checkpoint's copy carries
+-- every part of the values it reads that no earlier copy provides: the first one kept after a
+-- prune, its whole conversation's chain (800 steps of 1 KB messages: ~700 parts, 850 KB, copied
+-- in one unit of work, 20 ms). Reading those parts, hashing the copy for the chain and XADD cost
+-- with its bytes and fields: past this, the parts are copied first, oldest first, in copies of
+-- the same checkpoint each holding about this much (chain_copy()).
+local COPY_BYTES = 32768
+
+-- The parts checkpoint `f`'s copy needs that `provided` (per namespace, channel and version)
+-- does not hold, from ptr alone, walking each value's chain down from the version named until
+-- a provided link (what lies below it was copied with it). `at`: where a walk stopped before,
+-- {need, version, depth}, or nil to start; stop(): asked after each link, true ends the walk
+-- there. Returns the links, each {need, depth, channel, version, base, ref} (ref naming where
+-- the part is, "<event id> <field>"), per need newest first, and where the walk stopped (nil at
+-- its end).
+local function walk_links(ptr, f, provided, at, stop)
+  local p, nv, cv = lp(f.ns), cmsgpack.unpack(f.nv), cmsgpack.unpack(f.cv)
+  local own, needs = {}, {}
   for i = 1, #nv, 3 do
-    local field = 'b' .. ((i - 1) / 3)
-    ev[#ev + 1] = field
-    -- a shared part names a write by an id the trim is about to remove: copy its bytes
-    local part, why = plain_part(log, f[field], cache)
-    if part == nil then
-      corrupt('checkpoint ' .. f.id .. ' has ' .. why)
-    end
-    ev[#ev + 1] = part
-    provided[p .. lp(nv[i]) .. nv[i + 1]] = true
+    own[p .. lp(nv[i]) .. nv[i + 1]] = true
     if nv[i + 2] ~= '' then
-      needs[#needs + 1] = nv[i]
-      needs[#needs + 1] = nv[i + 2]
+      needs[#needs + 1] = {nv[i], nv[i + 2]}
     end
   end
-  local cv = cmsgpack.unpack(f.cv)
-  for i = 1, #cv do
-    needs[#needs + 1] = cv[i]
+  for i = 1, #cv, 2 do
+    needs[#needs + 1] = {cv[i], cv[i + 1]}
   end
-  for i = 1, #needs, 2 do
-    local channel = needs[i]
-    if not provided[p .. lp(channel) .. needs[i + 1]] then
-      for _, link in ipairs(value_chain(log, ptr, p, channel, needs[i + 1], cache) or {}) do
-        local key = p .. lp(channel) .. link[1]
-        if provided[key] then
+  local out, seen = {}, {}
+  local n, v, depth = 1, needs[1] and needs[1][2], 0
+  if at then
+    n, v, depth = at[1], at[2], at[3]
+  end
+  while needs[n] do
+    local channel = needs[n][1]
+    while v ~= '' do
+      local key = p .. lp(channel) .. v
+      if own[key] or seen[key] or provided[key] then
+        break
+      end
+      seen[key] = true
+      local ref = redis.call('HGET', ptr, 'b' .. key)
+      if not ref then
+        if depth == 0 then
           break
         end
-        provided[key] = true
-        ev[#ev + 1] = 'b' .. (#nv / 3)
-        ev[#ev + 1] = link[3]
-        nv[#nv + 1] = channel
-        nv[#nv + 1] = link[1]
-        nv[#nv + 1] = link[2]
+        corrupt('value of channel ' .. channel .. ' version ' .. v .. ' is missing below an append')
+      end
+      local eid, field, rest = string.match(ref, '^(%S+) (%S+)(.*)$')
+      local base = string.sub(rest, 2)
+      depth = depth + 1
+      out[#out + 1] = {n, depth, channel, v, base, eid .. ' ' .. field}
+      v = base
+      if stop and stop() then
+        return out, {n, v, depth}
       end
     end
+    n, depth = n + 1, 0
+    v = needs[n] and needs[n][2]
+  end
+  return out, nil
+end
+
+-- walk_links()'s links oldest first (each base before what appends to it), flat
+-- {channel, version, base, ref, ...}.
+local function oldest_first(links)
+  table.sort(links, function(a, b)
+    return a[1] < b[1] or (a[1] == b[1] and a[2] > b[2])
+  end)
+  local out = {}
+  for _, l in ipairs(links) do
+    out[#out + 1] = l[3]
+    out[#out + 1] = l[4]
+    out[#out + 1] = l[5]
+    out[#out + 1] = l[6]
+  end
+  return out
+end
+
+-- The parts checkpoint `f`'s copy needs that `provided` does not hold, oldest first, flat
+-- {channel, version, base, ref, ...}.
+local function missing_links(ptr, f, provided)
+  return oldest_first((walk_links(ptr, f, provided)))
+end
+
+-- The bytes of the part at `ref` ("<event id> <field>"), a shared part made plain.
+local function link_part(log, channel, version, ref, cache)
+  local eid, field = string.match(ref, '^(%S+) (%S+)$')
+  local f = entry_fields(log, eid, cache)
+  if f == nil then
+    lost(log, 'the value of channel ' .. channel .. ' points at event ' .. eid ..
+      ', which is missing from the log')
+  elseif f[field] == nil then
+    corrupt('value of channel ' .. channel .. ' points at missing event ' .. eid)
+  end
+  local part, why = plain_part(log, f[field], cache)
+  if part == nil then
+    corrupt('value of channel ' .. channel .. ' version ' .. version .. ' is ' .. why)
+  end
+  return part
+end
+
+-- The copy of checkpoint `f` (event `eid`): its header, then the parts of missing_links()
+-- `links` up to position `to`, as value fields (parts: those read already, by position). With
+-- own, its own value fields too, first.
+local function copy_with(log, eid, f, cache, provided, links, to, own, parts)
+  local p, nv = lp(f.ns), {}
+  local ev = copy_header(eid, f, '^b%d+$', 'nv')
+  if own then
+    nv = cmsgpack.unpack(f.nv)
+    for i = 1, #nv, 3 do
+      ev[#ev + 1] = 'b' .. ((i - 1) / 3)
+      -- a shared part names a write by an id the trim is about to remove: copy its bytes
+      local part, why = plain_part(log, f['b' .. ((i - 1) / 3)], cache)
+      if part == nil then
+        corrupt('checkpoint ' .. f.id .. ' has ' .. why)
+      end
+      ev[#ev + 1] = part
+      provided[p .. lp(nv[i]) .. nv[i + 1]] = true
+    end
+  end
+  for i = 1, to, 4 do
+    ev[#ev + 1] = 'b' .. (#nv / 3)
+    ev[#ev + 1] = parts and parts[i] or link_part(log, links[i], links[i + 1], links[i + 3], cache)
+    nv[#nv + 1] = links[i]
+    nv[#nv + 1] = links[i + 1]
+    nv[#nv + 1] = links[i + 2]
+    provided[p .. lp(links[i]) .. links[i + 1]] = true
   end
   ev[#ev + 1] = 'nv'
   ev[#ev + 1] = cmsgpack.pack(nv)
   return ev
+end
+
+-- A checkpoint's copy: its own value fields, and the parts (from any event) of each value it
+-- needs that `provided` (per namespace, channel and version) does not hold yet.
+local function checkpoint_copy(log, ptr, eid, f, cache, provided)
+  local links = missing_links(ptr, f, provided)
+  return copy_with(log, eid, f, cache, provided, links, #links, true)
+end
+
+-- For a sliced compaction: nil when checkpoint `f`'s copy (checkpoint_copy()) would hold about
+-- COPY_BYTES or less; else a copy of it holding only the oldest of the parts that copy would
+-- add, about COPY_BYTES of them or those read until stop() said so (at least one), which are
+-- then `provided`, and how many of
+-- `links` it holds (as missing_links() gives them: the caller keeps those left for its next
+-- call, walking the chain again cost ~2 us a link). Copied before it, as the log first stored
+-- them, those copies leave its own within the bound: a copy of the same checkpoint again points
+-- the checkpoint at the newest (the last put wins), and a value keeps its first pointer.
+local function chain_copy(log, eid, f, cache, provided, links, stop)
+  local bytes = 0
+  for k, v in pairs(f) do
+    bytes = bytes + #k + #v + FIELD_BYTES
+  end
+  local parts = {}
+  for i = 1, #links, 4 do
+    local part = link_part(log, links[i], links[i + 1], links[i + 3], cache)
+    parts[i] = part
+    bytes = bytes + #part + FIELD_BYTES
+    if bytes > COPY_BYTES or stop() then
+      return copy_with(log, eid, f, cache, provided, links, i, false, parts), (i + 3) / 4
+    end
+  end
+  return nil, 0
 end
 
 -- Copies of the writes still pending for checkpoint `f`, one per source event, holding only

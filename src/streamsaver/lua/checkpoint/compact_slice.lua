@@ -59,7 +59,8 @@ local function by_id(kind, eid, member)
     (member or '')
 end
 
-local FIELDS = {'token', 'phase', 'first', 'base', 'pc', 'tomb', 'h', 'removed', 'last', 'deleted'}
+local FIELDS = {'token', 'phase', 'first', 'base', 'pc', 'tomb', 'h', 'removed', 'last', 'deleted',
+                'walk'}
 local s = {}
 do
   local raw = redis.call('HMGET', st, unpack(FIELDS))
@@ -181,6 +182,75 @@ local function tail_kind(f)
   return f.k
 end
 
+-- A kept checkpoint whose copy would hold more than about COPY_BYTES (a pruned conversation's
+-- whole chain: one unit copied 850 KB in 20 ms) is copied as the log first stored it: its
+-- parts, oldest first, a copy of about COPY_BYTES or a few slices' budget per unit
+-- (compact.lua's chain_copy()), then itself. The chain is walked (compact.lua's walk_links())
+-- within the budget too, over several units if need be (s.walk: where it stopped); the links
+-- walked but not copied yet wait in the plan as '6' members, in order (a position, then the
+-- link as msgpack), so no unit walks the chain again or holds more than a copy's worth of it.
+-- One part is still one unit: a snapshot of megabytes, one value a put stored, is copied in
+-- one call.
+-- True when this unit walked or copied a part (the checkpoint comes again in the next one);
+-- false when what is left fits its own copy.
+local CHAINED = math.floor(COPY_BYTES / FIELD_BYTES) + 1
+-- a few slices' budget: a part of ~1 KB costs ~30 us to read and copy, and a copy per slice
+-- made 52 copies of one checkpoint pruned from 260 steps of 2 KB messages
+local function spent()
+  return elapsed_ms() >= 4 * budget
+end
+
+local function queue(links, position)
+  local members = {}
+  for i, l in ipairs(links) do
+    members[#members + 1] = 0
+    members[#members + 1] = '6' .. position(i, l) ..
+      cmsgpack.pack({l[#l - 3], l[#l - 2], l[#l - 1], l[#l]})
+    if #members >= 1000 or i == #links then
+      redis.call('ZADD', plan, unpack(members))
+      members = {}
+    end
+  end
+end
+
+local function chained(eid, f)
+  local at = (s.walk or '') ~= '' and cmsgpack.unpack(s.walk) or nil
+  local queued = at == nil and redis.call('ZRANGEBYLEX', plan, '[6', '(7', 'LIMIT', 0, CHAINED)
+  local links
+  if at or #queued == 0 then
+    local walked, stopped = walk_links(ptr, f, provided, at, spent)
+    if stopped or at then
+      -- walked over several units: by need, then oldest first
+      queue(walked, function(_, l) return string.format('%04d%07d', l[1], 9999999 - l[2]) end)
+      s.walk = stopped and cmsgpack.pack(stopped) or ''
+      return true
+    end
+    links = oldest_first(walked)
+  else
+    links = {}
+    for _, m in ipairs(queued) do
+      for _, x in ipairs(cmsgpack.unpack(string.sub(m, 13))) do
+        links[#links + 1] = x
+      end
+    end
+  end
+  local copy, used = chain_copy(log, eid, f, cache, provided, links, spent)
+  if queued and #queued > 0 then
+    -- the ones copied; when what is left fits, all of them: checkpoint_copy() copies those
+    redis.call('ZREM', plan, unpack(queued, 1, copy and used or #queued))
+  elseif copy and used * 4 < #links then
+    local left = {}
+    for i = used * 4 + 1, #links, 4 do
+      left[#left + 1] = {links[i], links[i + 1], links[i + 2], links[i + 3]}
+    end
+    queue(left, function(i) return string.format('%011d', i) end)
+  end
+  if copy then
+    emit(copy)
+  end
+  return copy ~= nil
+end
+
 -- The new keys replace the live ones; then their events are announced, a page at a time.
 local function swap()
   local removed, ttl = redis.call('XLEN', log), redis.call('PTTL', log)
@@ -293,6 +363,7 @@ local function step()
       s.phase, s.pc = 'early', '0'
       return true
     end
+    local before = s.pc
     s.pc = item
     local eid = string.format('%d-%d', string.sub(item, 2, 21), string.sub(item, 22, 41))
     local f = entry_fields(log, eid, cache)
@@ -305,6 +376,11 @@ local function step()
     elseif f then
       if deleting and id_less(checked, eid) and dependency(f) then
         return false
+      end
+      if chained(eid, f) then
+        s.pc = before
+        cache = {}
+        return true
       end
       emit(checkpoint_copy(log, ptr, eid, f, cache, provided))
       local out = {}
@@ -350,7 +426,7 @@ local function step()
     end
   elseif s.phase == 'tail' then
     -- what was appended since the first slice, in order; at its end, the swap
-    local batch = redis.call('XRANGE', log, '(' .. s.pc, '+', 'COUNT', 10)
+    local batch, asked = log_page(log, '(' .. s.pc, 10)
     for _, e in ipairs(batch) do
       local f = fields_of(e[2])
       local kind = tail_kind(f)
@@ -373,15 +449,15 @@ local function step()
         return true
       end
     end
-    if #batch < 10 then
+    if #batch < asked then
       emit_deleted(redis.call('ZRANGEBYLEX', plan, '[4', '(5'))
       return swap()
     end
   elseif s.phase == 'announce' then
     -- every event in the log is announced in its slot's feed, copies too (as
     -- checkpoint/compact.lua's are); events appended since the swap announced themselves
-    local batch = redis.call('XRANGE', log, s.pc == '' and '-' or '(' .. s.pc, s.base,
-                             'COUNT', 20)
+    -- (pages by bytes: a copy may hold a whole snapshot)
+    local batch, asked = log_page(log, s.pc == '' and '-' or '(' .. s.pc, 20, s.base)
     for _, e in ipairs(batch) do
       notify(feed, ARGV[1], e[1], fields_of(e[2]))
       s.pc = e[1]
@@ -389,7 +465,7 @@ local function step()
         return true
       end
     end
-    return #batch == 20
+    return #batch == asked
   end
   return true
 end
