@@ -16,7 +16,8 @@ import redis
 from langgraph.checkpoint.base.id import uuid6
 
 from streamsaver import RedisStreamSaver
-from streamsaver.core.keys import thread_keys
+from streamsaver.core.flow import Eval
+from streamsaver.core.keys import compact_keys, thread_keys
 
 CHANNELS = ("messages", "notes")
 
@@ -120,3 +121,32 @@ def test_a_pruned_long_chain_is_copied_in_parts_and_reads_back_whole(
     assert _reads(RedisStreamSaver(redis_client, prefix=prefix), "t") == kept
     assert saver.verify("t")[1:] == (0, [])
     assert saver.verify_chain("t").ok
+
+
+def test_a_compaction_abandoned_inside_a_chain_leaves_nothing_the_next_one_reads(
+    redis_client: redis.Redis, prefix: str
+) -> None:
+    """A compaction stopped while it walked a chain (its state says where) and a new one, with
+    another token, over the same scratch keys: the new one starts its own walk."""
+    saver = RedisStreamSaver(redis_client, prefix=prefix)
+    _conversation(saver, "t", 60)
+    before = _reads(saver, "t")
+    ops: Any = saver._ops
+    keys = ops.keys("t")
+    scratch = compact_keys(keys)
+
+    def call(start: bool) -> Any:
+        args = (*ops._appending_args(), 1, "abandoned", "start" if start else "", 1, "0.001")
+        return saver._execute(Eval("compact_slice", (*ops.appending(keys), *scratch), args))
+
+    call(True)
+    for _ in range(50):
+        call(False)
+        if redis_client.hget(scratch[3], "walk"):
+            break
+    assert redis_client.hget(scratch[3], "walk")  # stopped inside a walk
+    saver.prune(["t"], strategy="keep_latest")
+    after = _reads(saver, "t")
+    assert after[:3] == before[:3]
+    assert _reads(RedisStreamSaver(redis_client, prefix=prefix), "t") == after
+    assert saver.verify("t")[1:] == (0, [])

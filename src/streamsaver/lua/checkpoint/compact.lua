@@ -239,8 +239,8 @@ local function checkpoint_copy(log, ptr, eid, f, cache, provided)
   return copy_with(log, eid, f, cache, provided, links, #links, true)
 end
 
--- For a sliced compaction: nil when checkpoint `f`'s copy (checkpoint_copy()) would hold about
--- COPY_BYTES or less; else a copy of it holding only the oldest of the parts that copy would
+-- For a sliced compaction: nil when the parts checkpoint `f`'s copy (checkpoint_copy()) would
+-- add beside its own hold about COPY_BYTES or less; else a copy of it holding only the oldest of the parts that copy would
 -- add, about COPY_BYTES of them or those read until stop() said so (at least one), which are
 -- then `provided`, and how many of
 -- `links` it holds (as missing_links() gives them: the caller keeps those left for its next
@@ -248,11 +248,7 @@ end
 -- them, those copies leave its own within the bound: a copy of the same checkpoint again points
 -- the checkpoint at the newest (the last put wins), and a value keeps its first pointer.
 local function chain_copy(log, eid, f, cache, provided, links, stop)
-  local bytes = 0
-  for k, v in pairs(f) do
-    bytes = bytes + #k + #v + FIELD_BYTES
-  end
-  local parts = {}
+  local bytes, parts = 0, {}
   for i = 1, #links, 4 do
     local part = link_part(log, links[i], links[i + 1], links[i + 3], cache)
     parts[i] = part

@@ -60,7 +60,7 @@ local function by_id(kind, eid, member)
 end
 
 local FIELDS = {'token', 'phase', 'first', 'base', 'pc', 'tomb', 'h', 'removed', 'last', 'deleted',
-                'walk'}
+                'walk', 'head_of', 'head'}
 local s = {}
 do
   local raw = redis.call('HMGET', st, unpack(FIELDS))
@@ -100,7 +100,9 @@ if s.token == nil then
     return {'done', fresh, 0, 0}
   end
   s = {token = token, phase = 'records', first = first_entry_id(log), base = base, pc = '',
-       tomb = cmsgpack.pack(pruned_event(log)), h = chain_head(log), last = '', deleted = '0'}
+       tomb = cmsgpack.pack(pruned_event(log)), h = chain_head(log), last = '', deleted = '0',
+       -- written, so what an abandoned compaction left in st is not read back
+       walk = '', head_of = '', head = ''}
 end
 local base = s.base
 
@@ -366,7 +368,10 @@ local function step()
     local before = s.pc
     s.pc = item
     local eid = string.format('%d-%d', string.sub(item, 2, 21), string.sub(item, 22, 41))
-    local f = entry_fields(log, eid, cache)
+    -- a checkpoint whose chain is being copied: its header, kept from the unit that first read
+    -- it (its own event may hold a snapshot of megabytes, read once more for its own copy)
+    local again = s.head_of == item
+    local f = again and fields_of(cmsgpack.unpack(s.head)) or entry_fields(log, eid, cache)
     if string.sub(item, 1, 1) == '1' then
       if f then
         emit(copy_header(eid, f))
@@ -374,13 +379,27 @@ local function step()
     elseif f and deleting and named[f.run or ''] then
       redis.call('ZADD', plan, 0, '3' .. run_no[f.run] .. lp(f.ns) .. f.id)
     elseif f then
-      if deleting and id_less(checked, eid) and dependency(f) then
+      if not again and deleting and id_less(checked, eid) and dependency(f) then
         return false
       end
       if chained(eid, f) then
+        if not again then
+          local head = {}
+          for k, v in pairs(f) do
+            if not string.match(k, '^b%d+$') then
+              head[#head + 1] = k
+              head[#head + 1] = v
+            end
+          end
+          s.head_of, s.head = item, cmsgpack.pack(head)
+        end
         s.pc = before
         cache = {}
         return true
+      end
+      if again then
+        f = entry_fields(log, eid, cache)
+        s.head_of, s.head = '', ''
       end
       emit(checkpoint_copy(log, ptr, eid, f, cache, provided))
       local out = {}
