@@ -8,6 +8,7 @@ walk resumes over many calls, and its links wait in the plan."""
 
 from __future__ import annotations
 
+import io
 import uuid
 from typing import Any
 
@@ -16,6 +17,7 @@ import redis
 from langgraph.checkpoint.base.id import uuid6
 
 from streamsaver import RedisStreamSaver
+from streamsaver.audit import verify_export
 from streamsaver.core.flow import Eval
 from streamsaver.core.keys import compact_keys, thread_keys
 
@@ -99,6 +101,10 @@ def test_a_pruned_long_chain_is_copied_in_parts_and_reads_back_whole(
 
     assert saver.verify("t")[1:] == (0, [])
     assert saver.verify_chain("t").ok
+    out = io.StringIO()
+    saver.export_audit(["t"], out)
+    [check] = verify_export(out.getvalue().splitlines(), saver.serde)
+    assert check.problem is None and check.events == len(entries)
     # principle 1: a replay of the new log gives the same indexes
     indexes = _indexes(redis_client, saver, "t")
     keys = thread_keys(prefix, "t")
