@@ -380,3 +380,56 @@ async def test_console_json_holds_no_nan(async_saver: Any) -> None:
                 json.loads(line, parse_constant=_refuse)
         state = (await h.get("/threads/t/state")).json()
         assert state["values"]["x"] == {"nan": None, "inf": [None]}
+
+
+# -- counts and durations beyond what the server or the client's clocks hold ------------
+
+HUGE = 10**20
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"keep_last": HUGE},
+        {"slice_ms": float(HUGE)},
+        {"slice_pause": float(HUGE)},
+        {"durability": "replicated", "durability_timeout_ms": HUGE},
+        {"durability": "replicated", "replicas": HUGE},
+    ],
+    ids=lambda options: next(iter(options.items() - {("durability", "replicated")}))[0],
+)
+def test_saver_options_beyond_what_the_server_holds(
+    redis_client: redis.Redis, prefix: str, options: dict[str, Any]
+) -> None:
+    with pytest.raises(InvalidInputError, match=r"<= "):
+        RedisStreamSaver(redis_client, prefix=prefix, **options)
+    saver = RedisStreamSaver(redis_client, prefix=prefix)
+    with pytest.raises(InvalidInputError, match=r"feed_maxlen=.*<= "):
+        saver.feed_maxlen = HUGE
+    assert _keys(redis_client, prefix) == []
+
+
+@pytest.mark.parametrize(
+    ("reader", "options"),
+    [
+        ("tail", {"block_ms": HUGE}),
+        ("tail", {"count": HUGE}),
+        ("tail_all", {"poll_ms": HUGE}),
+        ("consumer_group", {"min_idle_ms": HUGE}),
+        ("consumer_group", {"claim_ms": HUGE}),
+        ("consumer_group", {"max_deliveries": HUGE}),
+    ],
+    ids=lambda x: x if isinstance(x, str) else next(iter(x)),
+)
+def test_reader_options_beyond_what_the_server_holds(
+    redis_client: redis.Redis, prefix: str, reader: str, options: dict[str, Any]
+) -> None:
+    saver = RedisStreamSaver(redis_client, prefix=prefix)
+    args: tuple[Any, ...] = {"tail": ("t",), "tail_all": (), "consumer_group": ("g", "m")}[reader]
+    with pytest.raises(InvalidInputError, match=r"<= "):
+        made = getattr(saver, reader)(*args, **options)
+        # a reader that checks only when it starts; stopped first, so one that took the
+        # value returns at once instead of waiting for events
+        made.stop()
+        next(iter(made), None)
+    assert _keys(redis_client, prefix) == []

@@ -18,7 +18,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..core.codec import Codec
-from ..core.config import MAX_TTL_MS
+from ..core.config import MAX_OPTION, MAX_TTL_MS, bounded_int
 from ..core.delta import DeltaCache
 from ..core.durability import Durability, DurabilityMode
 from ..core.errors import InvalidInputError, connect_error
@@ -128,17 +128,23 @@ def _check_ttl(ttl_seconds: object) -> float | None:
     return seconds
 
 
+# a long operation that rests more than this many times as long as it works never finishes in
+# practice: it is a mistake, not a choice
+_MOST_PAUSE = 1000
+
+
 def _check_slices(slice_ms: object, slice_pause: object) -> tuple[float, float]:
     budget, pause = _number(slice_ms), _number(slice_pause)
-    if budget is None or budget <= 0:
+    if budget is None or not 0 < budget <= MAX_OPTION:
         raise InvalidInputError(
-            f"slice_ms={slice_ms!r}: give a number of ms > 0, the server time each slice of a "
-            f"long operation (rebuild, verify, prune, copy, delete_for_runs) may take"
+            f"slice_ms={slice_ms!r}: give a number of ms > 0 and <= {MAX_OPTION}, the server "
+            f"time each slice of a long operation (rebuild, verify, prune, copy, "
+            f"delete_for_runs) may take"
         )
-    if pause is None or pause < 0:
+    if pause is None or not 0 <= pause <= _MOST_PAUSE:
         raise InvalidInputError(
-            f"slice_pause={slice_pause!r}: give a number >= 0, how many times as long as it "
-            f"was busy a long operation waits after each slice (0: no pause)"
+            f"slice_pause={slice_pause!r}: give a number >= 0 and <= {_MOST_PAUSE}, how many "
+            f"times as long as it was busy a long operation waits after each slice (0: no pause)"
         )
     return budget, pause
 
@@ -212,12 +218,12 @@ class StreamSaverBase(BaseCheckpointSaver[str], Generic[ClientT]):
         # see Codec.reuse_items and the README, "Reusing list items"
         self.reuse_items = reuse_items
         self.ttl_seconds = _check_ttl(ttl_seconds)
-        if keep_last is not None and (
-            not isinstance(keep_last, int) or isinstance(keep_last, bool) or keep_last < 1
-        ):
-            raise InvalidInputError(
-                f"keep_last={keep_last!r}: give an int >= 1 (checkpoints kept per namespace), "
-                f"or None to keep every checkpoint"
+        if keep_last is not None:
+            bounded_int(
+                keep_last,
+                "keep_last",
+                1,
+                " (checkpoints kept per namespace), or None to keep every checkpoint",
             )
         self.keep_last = keep_last
         self.chain = chain
@@ -290,9 +296,7 @@ class StreamSaverBase(BaseCheckpointSaver[str], Generic[ClientT]):
 
     @feed_maxlen.setter
     def feed_maxlen(self, value: int) -> None:
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise InvalidInputError(f"feed_maxlen={value!r}: give an int >= 0")
-        self._ops.feed_maxlen = value
+        self._ops.feed_maxlen = bounded_int(value, "feed_maxlen", 0)
 
     def get_next_version(self, current: Any, channel: None = None) -> str:
         """``"<counter>.<random>"``: ordered by the zero-padded counter, and distinct between
@@ -329,6 +333,6 @@ class StreamSaverBase(BaseCheckpointSaver[str], Generic[ClientT]):
 
 
 def page_limit(limit: object) -> int | None:
-    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
-        raise InvalidInputError(f"limit={limit!r}: give an int >= 1, or None for every thread")
-    return limit
+    if limit is None:
+        return None
+    return bounded_int(limit, "limit", 1, ", or None for every thread")

@@ -10,13 +10,26 @@ from langchain_core.runnables import RunnableConfig
 
 from .errors import InvalidConfigError, InvalidInputError
 
-__all__ = ["MAX_TTL_MS", "Target", "before_id", "check_text", "make_config", "target_of"]
+__all__ = [
+    "MAX_OPTION",
+    "MAX_TTL_MS",
+    "Target",
+    "before_id",
+    "bounded_int",
+    "check_text",
+    "make_config",
+    "target_of",
+]
 
 # The longest TTL taken (about 31,700 years): the scripts compute an expiry time, now plus
 # the TTL in ms, in Lua's doubles, exact only below 2**53; past that, or 2**63, what reached
 # PEXPIREAT (or a Store item's expiry) was garbage, often a time already past: the data
 # was acknowledged and gone at once.
 MAX_TTL_MS = 10**15
+# The most any count or duration option takes (about 24.8 days in ms, 2 billion entries):
+# past it a value reached the server as out of range (XREAD COUNT), overflowed the client's
+# clock (a blocking read's timeout) or, taken, stood for "never" (a claim that never came)
+MAX_OPTION = 2**31 - 1
 
 _EXAMPLE = "{'configurable': {'thread_id': 'my-thread'}}"
 
@@ -38,6 +51,14 @@ def _configurable(config: object) -> Mapping[str, Any]:
             f"config has no 'configurable' mapping (got {conf!r}); pass a config such as {_EXAMPLE}"
         )
     return conf
+
+
+def bounded_int(value: object, name: str, low: int, what: str = "") -> int:
+    """``value`` if it is an int from ``low`` to MAX_OPTION, else an InvalidInputError naming
+    it, the range and ``what`` it is for."""
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= MAX_OPTION:
+        raise InvalidInputError(f"{name}={value!r}: give an int >= {low} and <= {MAX_OPTION}{what}")
+    return value
 
 
 def check_text(value: str, where: str, error: type[InvalidInputError] = InvalidInputError) -> str:

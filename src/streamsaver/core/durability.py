@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from .config import bounded_int
 from .errors import InvalidInputError, StreamSaverError, UnsupportedServerError
 
 __all__ = ["Durability", "DurabilityError", "DurabilityMode"]
@@ -32,8 +33,7 @@ class Durability:
                 f"durability={mode!r} is unknown; use 'none', 'replicated' or 'fsync'"
             )
         for name, value in (("replicas", replicas), ("durability_timeout_ms", timeout_ms)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise InvalidInputError(f"{name}={value!r}: give an int >= 1")
+            bounded_int(value, name, 1)
         self.mode = mode
         self.replicas = replicas
         self.timeout_ms = timeout_ms

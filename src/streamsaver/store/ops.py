@@ -32,7 +32,7 @@ from langgraph.store.base import (
 )
 
 from ..core.codec import Field
-from ..core.config import MAX_TTL_MS, check_text
+from ..core.config import MAX_TTL_MS, bounded_int, check_text
 from ..core.errors import InvalidInputError, PayloadTooLargeError
 from ..core.flow import Each, Eval, Flow
 from ..core.keys import store_bucket
@@ -232,6 +232,5 @@ def _check_texts(op: Op) -> None:
 
 
 def _check_page(limit: object, offset: object) -> None:
-    for name, value, low in (("limit", limit, 0), ("offset", offset, 0)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < low:
-            raise InvalidInputError(f"{name}={value!r}: give an int >= {low}")
+    for name, value in (("limit", limit), ("offset", offset)):
+        bounded_int(value, name, 0)

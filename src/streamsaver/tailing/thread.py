@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..core.codec import Codec
-from ..core.config import thread_id_str
+from ..core.config import bounded_int, thread_id_str
 from ..core.errors import InvalidInputError
 from ..core.keys import thread_keys
 from ..core.nodes import SendTargets
@@ -15,9 +15,7 @@ from .steps import DEFAULT_BLOCK_MS, DEFAULT_COUNT, Batch, Block, Deliver, Repor
 
 
 def _positive(value: object, name: str, low: int = 1) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < low:
-        raise InvalidInputError(f"{name}={value!r}: give an int >= {low}")
-    return value
+    return bounded_int(value, name, low)
 
 
 def _after(after: object) -> str:
