@@ -221,8 +221,9 @@ local function chained(eid, f)
   local links
   if at or #queued == 0 then
     local walked, stopped = walk_links(ptr, f, provided, at, spent)
-    if stopped or at then
-      -- walked over several units: by need, then oldest first
+    if stopped or at or (#walked > 0 and spent()) then
+      -- walked over several units, or the walk spent this one's budget: by need, then oldest
+      -- first (a unit reads at least one part, maybe a snapshot of megabytes)
       queue(walked, function(_, l) return string.format('%04d%07d', l[1], 9999999 - l[2]) end)
       s.walk = stopped and cmsgpack.pack(stopped) or ''
       return true
