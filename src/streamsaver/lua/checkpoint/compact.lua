@@ -239,14 +239,14 @@ local function checkpoint_copy(log, ptr, eid, f, cache, provided)
   return copy_with(log, eid, f, cache, provided, links, #links, true)
 end
 
--- For a sliced compaction: nil when the parts checkpoint `f`'s copy (checkpoint_copy()) would
--- add beside its own hold about COPY_BYTES or less; else a copy of it holding only the oldest of the parts that copy would
--- add, about COPY_BYTES of them or those read until stop() said so (at least one), which are
--- then `provided`, and how many of
--- `links` it holds (as missing_links() gives them: the caller keeps those left for its next
--- call, walking the chain again cost ~2 us a link). Copied before it, as the log first stored
--- them, those copies leave its own within the bound: a copy of the same checkpoint again points
--- the checkpoint at the newest (the last put wins), and a value keeps its first pointer.
+-- For a sliced compaction: nil when the parts `links` (as missing_links() gives them) that
+-- checkpoint `f`'s copy (checkpoint_copy()) would add beside its own hold about COPY_BYTES or
+-- less; else a copy of `f` holding only the oldest of them, about COPY_BYTES or those read
+-- until stop() said so (at least one), which are then `provided`, and how many it holds (the
+-- caller keeps those left for its next call: walking the chain again cost ~2 us a link).
+-- Copied before it, as the log first stored them, those copies leave its own within the
+-- bound: a copy of the same checkpoint again points the checkpoint at the newest (the last put
+-- wins), and a value keeps its first pointer.
 local function chain_copy(log, eid, f, cache, provided, links, stop)
   local bytes, parts = 0, {}
   for i = 1, #links, 4 do

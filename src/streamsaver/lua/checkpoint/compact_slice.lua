@@ -11,8 +11,10 @@
 -- copy may come after them).
 -- What it gives is what checkpoint/compact.lua run when the first slice ran gives, followed by the
 -- events appended since, each copied after the kept ones (checkpoints made self-contained, as
--- checkpoint_copy() makes the kept ones). A log rewritten under the slices (another compaction,
--- a deletion, delete_for_runs' record) or state gone starts the compaction again.
+-- checkpoint_copy() makes the kept ones); a kept checkpoint whose values' chains are long comes
+-- as several copies of it, its parts first (chained() below), so no call copies a whole
+-- conversation. A log rewritten under the slices (another compaction, a deletion,
+-- delete_for_runs' record) or state gone starts the compaction again.
 -- Needs shared/common.lua, checkpoint/projection.lua, checkpoint/read.lua, checkpoint/delta.lua and
 -- checkpoint/compact.lua.
 -- KEYS: log ix ptr feed, then new-log new-ix new-ptr state plan (core.keys.compact_keys; one slot)
