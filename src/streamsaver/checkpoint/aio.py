@@ -29,7 +29,11 @@ from ..core.flow import Call, Eval, Flow, Pause, Step, T, adrive, aiterate
 from ..core.slicing import Replay
 from ..events import ProjectorLag, SkippedEvent, ThreadDeletion, ThreadEvent, ThreadInfo
 from ..tailing import AsyncConsumerGroup, AsyncTail, AsyncTailAll
-from ..transport.clients import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_RETRIES
+from ..transport.clients import (
+    DEFAULT_CONNECT_TIMEOUT_S,
+    DEFAULT_RETRIES,
+    DEFAULT_SOCKET_TIMEOUT_S,
+)
 from ..transport.core import (
     Durably,
     LoadScripts,
@@ -106,7 +110,7 @@ class AsyncRedisStreamSaver(OnLoop, StreamSaverBase[AsyncClient]):
         *,
         cluster: bool | None = None,
         connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT_S,
-        socket_timeout: float | None = None,
+        socket_timeout: float | None = DEFAULT_SOCKET_TIMEOUT_S,
         retries: int = DEFAULT_RETRIES,
         **options: Unpack[SaverOptions],
     ) -> AsyncIterator[AsyncRedisStreamSaver]:

@@ -87,7 +87,13 @@ def from_conn_string_options(
     the constructor takes but ``from_conn_string`` does not pass on (the constructor checks
     the rest)."""
     check_options(options, SaverOptions.__optional_keys__, "from_conn_string")
-    kwargs = client_options(connect_timeout, socket_timeout, retries, sync=sync)
+    kwargs = client_options(
+        connect_timeout,
+        socket_timeout,
+        retries,
+        sync=sync,
+        wait_ms=options.get("durability_timeout_ms", 1000 if options.get("durability") else None),
+    )
     return kwargs, probe_options(kwargs, sync=sync)
 
 

@@ -30,7 +30,11 @@ from ..core.slicing import Replay
 from ..events import ProjectorLag, SkippedEvent, ThreadDeletion, ThreadEvent, ThreadInfo
 from ..lua import SOURCES
 from ..tailing import ConsumerGroup, Tail, TailAll
-from ..transport.clients import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_RETRIES
+from ..transport.clients import (
+    DEFAULT_CONNECT_TIMEOUT_S,
+    DEFAULT_RETRIES,
+    DEFAULT_SOCKET_TIMEOUT_S,
+)
 from ..transport.connection import HeldConnection, NodeConnections
 from ..transport.core import Durably, LoadScripts, LoadThere, Pipeline, Relearn, Verbs, run, what
 from ..transport.exchange import ScanNode, Views, exchange
@@ -98,7 +102,7 @@ class RedisStreamSaver(InThread, StreamSaverBase[SyncClient]):
         *,
         cluster: bool | None = None,
         connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT_S,
-        socket_timeout: float | None = None,
+        socket_timeout: float | None = DEFAULT_SOCKET_TIMEOUT_S,
         retries: int = DEFAULT_RETRIES,
         **options: Unpack[SaverOptions],
     ) -> Iterator[RedisStreamSaver]:
@@ -109,9 +113,12 @@ class RedisStreamSaver(InThread, StreamSaverBase[SyncClient]):
         may evict the saver's keys is refused unless ``allow_eviction=True``.
 
         ``connect_timeout`` bounds each connection attempt (``None``: no limit), ``socket_timeout``
-        each reply (``None`` by default: a ``tail(follow=True)`` blocks on the server);
-        ``retries`` is how often a connection or timeout error is retried, with exponential
-        backoff, before ``ServerUnavailableError`` (a wrong password is never retried). A server
+        each reply (10 s by default, raised past ``durability_timeout_ms`` for a durability
+        mode's wait; tails bound their blocking reads themselves; ``None``: no limit, a server
+        that stops answering is waited on for ever); ``retries`` is how often a connection or
+        timeout error is retried, with exponential backoff, before ``ServerUnavailableError``
+        (a wrong password is never retried): a call on a silent server raises within about
+        ``(retries + 1) * socket_timeout``. A server
         that cannot be reached raises ``ConnectionFailedError``, ``AuthenticationFailedError``
         or ``TLSError`` on entry."""
         kwargs, probing = from_conn_string_options(

@@ -29,9 +29,17 @@ from redis.cluster import RedisCluster
 from typing_extensions import Unpack
 
 from ..checkpoint.aio import AsyncRedisStreamSaver
+from ..checkpoint.base import connecting
 from ..checkpoint.saver import RedisStreamSaver
 from ..core.errors import StreamSaverError, SyncOnLoopError
 from ..core.flow import Flow, Items
+from ..transport.clients import (
+    DEFAULT_CONNECT_TIMEOUT_S,
+    DEFAULT_RETRIES,
+    DEFAULT_SOCKET_TIMEOUT_S,
+    client_options,
+    probe_options,
+)
 from .shell import StoreOptions, StoreShell, next_batch
 
 __all__ = ["AsyncRedisStreamStore", "RedisStreamStore"]
@@ -119,17 +127,29 @@ class RedisStreamStore(StoreShell[redis.Redis | RedisCluster, RedisStreamSaver])
     @classmethod
     @contextmanager
     def from_conn_string(
-        cls, url: str, *, cluster: bool | None = None, **options: Unpack[StoreOptions]
+        cls,
+        url: str,
+        *,
+        cluster: bool | None = None,
+        connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT_S,
+        socket_timeout: float | None = DEFAULT_SOCKET_TIMEOUT_S,
+        retries: int = DEFAULT_RETRIES,
+        **options: Unpack[StoreOptions],
     ) -> Iterator[RedisStreamStore]:
         """A store on a client it creates from ``url`` (``rediss://user:password@...`` for TLS
         and an ACL user) and closes on exit; the server is checked on entry (``setup``).
         ``cluster``: use a ``RedisCluster`` client; ``None`` asks the server. A ttl with
-        ``sweep_interval_minutes`` starts the sweeper, stopped on exit. ``options``: the
-        constructor's."""
-        if cluster is None:
-            with redis.Redis.from_url(url) as probe:
-                cluster = bool(probe.info("cluster").get("cluster_enabled"))
-        client = RedisCluster.from_url(url) if cluster else redis.Redis.from_url(url)
+        ``sweep_interval_minutes`` starts the sweeper, stopped on exit. ``connect_timeout``,
+        ``socket_timeout`` and ``retries`` as ``RedisStreamSaver.from_conn_string`` takes
+        them; ``options``: the constructor's."""
+        kwargs = client_options(connect_timeout, socket_timeout, retries, sync=True)
+        with (
+            connecting(url),
+            redis.Redis.from_url(url, **probe_options(kwargs, sync=True)) as probe,
+        ):
+            enabled = bool(probe.info("cluster").get("cluster_enabled"))
+        kind = RedisCluster if (enabled if cluster is None else cluster) else redis.Redis
+        client = kind.from_url(url, **kwargs)
         try:
             store = cls(client, **options)
             store.setup()
@@ -225,16 +245,25 @@ class AsyncRedisStreamStore(StoreShell[aredis.Redis | AsyncRedisCluster, AsyncRe
     @classmethod
     @asynccontextmanager
     async def from_conn_string(
-        cls, url: str, *, cluster: bool | None = None, **options: Unpack[StoreOptions]
+        cls,
+        url: str,
+        *,
+        cluster: bool | None = None,
+        connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT_S,
+        socket_timeout: float | None = DEFAULT_SOCKET_TIMEOUT_S,
+        retries: int = DEFAULT_RETRIES,
+        **options: Unpack[StoreOptions],
     ) -> AsyncIterator[AsyncRedisStreamStore]:
         """See ``RedisStreamStore.from_conn_string``."""
-        if cluster is None:
-            probe = aredis.Redis.from_url(url)
-            try:
-                cluster = bool((await probe.info("cluster")).get("cluster_enabled"))
-            finally:
-                await probe.aclose()
-        client = AsyncRedisCluster.from_url(url) if cluster else aredis.Redis.from_url(url)
+        kwargs = client_options(connect_timeout, socket_timeout, retries, sync=False)
+        probe = aredis.Redis.from_url(url, **probe_options(kwargs, sync=False))
+        try:
+            with connecting(url):
+                enabled = bool((await probe.info("cluster")).get("cluster_enabled"))
+        finally:
+            await probe.aclose()
+        kind = AsyncRedisCluster if (enabled if cluster is None else cluster) else aredis.Redis
+        client = kind.from_url(url, **kwargs)
         try:
             store = cls(client, **options)
             await store.setup()

@@ -16,6 +16,7 @@ from ..core.errors import InvalidInputError
 __all__ = [
     "DEFAULT_CONNECT_TIMEOUT_S",
     "DEFAULT_RETRIES",
+    "DEFAULT_SOCKET_TIMEOUT_S",
     "AsyncRetry",
     "SyncRetry",
     "client_options",
@@ -27,6 +28,14 @@ DEFAULT_CONNECT_TIMEOUT_S = 5.0
 
 
 DEFAULT_RETRIES = 3
+
+# How long a reply may take by default. What the library sends holds the server a few ms (its
+# long operations go in slices) and a tail's blocking reads bound themselves (tailing/blocking.py),
+# so a reply that has not come in 10 s means a server that stopped answering (a freeze, a
+# black-holed path, a failover), which must reach the caller as an error, not a wait without end.
+DEFAULT_SOCKET_TIMEOUT_S = 10.0
+# beyond a durability WAIT's own timeout, what its reply may take
+_WAIT_MARGIN_S = 1.0
 
 
 def _retryable(error: Exception, also: Callable[[Exception], bool] | None) -> bool:
@@ -59,10 +68,18 @@ class AsyncRetry(AsyncRetryBase):
 
 
 def client_options(
-    connect_timeout: float | None, socket_timeout: float | None, retries: int, *, sync: bool
+    connect_timeout: float | None,
+    socket_timeout: float | None,
+    retries: int,
+    *,
+    sync: bool,
+    wait_ms: object = None,
 ) -> dict[str, Any]:
     """``from_url`` keywords of ``from_conn_string``, sync and async. A connect timeout by
-    default: a TLS client on a plain port otherwise waits a long time for a handshake."""
+    default: a TLS client on a plain port otherwise waits a long time for a handshake.
+    ``wait_ms``: the longest a reply may legitimately take (a durability mode's WAIT); the
+    socket timeout is raised past it, or the socket would give up on a WAIT still within its
+    own timeout."""
     for name, value in (("connect_timeout", connect_timeout), ("socket_timeout", socket_timeout)):
         if value is not None and (
             isinstance(value, bool) or not isinstance(value, int | float) or value <= 0
@@ -70,6 +87,8 @@ def client_options(
             raise InvalidInputError(f"{name}={value!r}: give seconds > 0, or None for no limit")
     if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
         raise InvalidInputError(f"retries={retries!r}: give an int >= 0")
+    if socket_timeout is not None and isinstance(wait_ms, int) and not isinstance(wait_ms, bool):
+        socket_timeout = max(float(socket_timeout), wait_ms / 1000 + _WAIT_MARGIN_S)
     backoff = ExponentialBackoff(cap=1.0, base=0.05)
     retry = SyncRetry(backoff, retries) if sync else AsyncRetry(backoff, retries)
     return {
