@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from importlib.metadata import version
 from pathlib import Path
 
-__all__ = ["Outcome", "fetch", "run"]
+__all__ = ["Outcome", "fetch", "fetch_sdist", "run"]
 
 _HERE = Path(__file__).resolve().parent
 
@@ -37,30 +37,37 @@ def _home() -> Path:
 
 def fetch(wanted: str | None = None) -> Path:
     """The unpacked sdist of langgraph ``wanted`` (default: the installed version)."""
-    wanted = wanted or version("langgraph")
-    home = _home()
-    root = home / f"langgraph-{wanted}"
-    if (root / "tests" / "conftest.py").exists():
+    return fetch_sdist("langgraph", wanted or version("langgraph"), _home())
+
+
+def fetch_sdist(package: str, wanted: str, home: Path) -> Path:
+    """The sdist of ``package`` ``wanted``, unpacked under ``home`` (kept there: the next run
+    finds it). Raises, naming what pip said, when it cannot be fetched: a suite that cannot
+    run must fail, not pass as skipped."""
+    stem = f"{package.replace('-', '_')}-{wanted}"
+    root = home / stem
+    if (root / "tests").is_dir():
         return root
     home.mkdir(parents=True, exist_ok=True)
-    download = home / f"download-{wanted}"
+    download = home / f"download-{stem}"
     shutil.rmtree(download, ignore_errors=True)
     done = subprocess.run(
         [sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check",
-         "--no-deps", "--no-binary", ":all:", "-d", str(download), f"langgraph=={wanted}"],
+         "--no-deps", "--no-binary", ":all:", "-d", str(download), f"{package}=={wanted}"],
         capture_output=True, text=True, check=False, timeout=300,
     )  # fmt: skip
     if done.returncode != 0:
         raise RuntimeError(
-            f"downloading the langgraph {wanted} sdist (its tests) failed: "
+            f"downloading the {package} {wanted} sdist (its tests) failed: "
             f"{(done.stderr or done.stdout).strip()[-800:]}"
         )
-    (archive,) = download.glob("langgraph-*.tar.gz")
-    partial = home / f"langgraph-{wanted}.partial"
+    (archive,) = download.glob("*.tar.gz")
+    partial = home / f"{stem}.partial"
     shutil.rmtree(partial, ignore_errors=True)
     with tarfile.open(archive) as tar:
         tar.extractall(partial, filter="data")
-    (partial / f"langgraph-{wanted}").rename(root)
+    (unpacked,) = partial.iterdir()
+    unpacked.rename(root)
     shutil.rmtree(partial, ignore_errors=True)
     shutil.rmtree(download, ignore_errors=True)
     return root

@@ -17,15 +17,13 @@ By hand, on a throwaway server::
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
-import tarfile
 import xml.etree.ElementTree as ET
 from importlib.metadata import version
 from pathlib import Path
 
-from tests.langgraph_suite import Outcome
+from tests.langgraph_suite import Outcome, fetch_sdist
 
 __all__ = ["PACKAGES", "fetch", "run"]
 
@@ -46,35 +44,7 @@ def _home() -> Path:
 
 def fetch(package: str) -> Path:
     """The unpacked sdist of the installed version of ``package``."""
-    wanted = version(package)
-    stem = f"{package.replace('-', '_')}-{wanted}"
-    home = _home()
-    root = home / stem
-    if (root / "tests").is_dir():
-        return root
-    home.mkdir(parents=True, exist_ok=True)
-    download = home / f"download-{stem}"
-    shutil.rmtree(download, ignore_errors=True)
-    done = subprocess.run(
-        [sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check",
-         "--no-deps", "--no-binary", ":all:", "-d", str(download), f"{package}=={wanted}"],
-        capture_output=True, text=True, check=False, timeout=300,
-    )  # fmt: skip
-    if done.returncode != 0:
-        raise RuntimeError(
-            f"downloading the {package} {wanted} sdist (its tests) failed: "
-            f"{(done.stderr or done.stdout).strip()[-800:]}"
-        )
-    (archive,) = download.glob("*.tar.gz")
-    partial = home / f"{stem}.partial"
-    shutil.rmtree(partial, ignore_errors=True)
-    with tarfile.open(archive) as tar:
-        tar.extractall(partial, filter="data")
-    (unpacked,) = partial.iterdir()
-    unpacked.rename(root)
-    shutil.rmtree(partial, ignore_errors=True)
-    shutil.rmtree(download, ignore_errors=True)
-    return root
+    return fetch_sdist(package, version(package), _home())
 
 
 def run(package: str, redis_url: str, args: list[str], timeout: float = 600) -> Outcome:

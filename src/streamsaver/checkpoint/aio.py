@@ -48,9 +48,10 @@ from ..transport.core import (
 )
 from ..transport.exchange import ScanNode, Views, exchange
 from ..transport.moves import Moves
+from ..transport.opening import aopen_client
 from ..transport.pipelining import AutoPipeline, NodePipelines
 from ..transport.sending import aload_scripts, arelearn, asend_pipeline, routed
-from .base import StreamSaverBase, connecting, from_conn_string_options, page_limit
+from .base import StreamSaverBase, from_conn_string_options, page_limit
 from .bridges import OnLoop
 from .calls import acall_through, node_views, scan_node
 from .history import delta_channel_history
@@ -119,14 +120,7 @@ class AsyncRedisStreamSaver(OnLoop, StreamSaverBase[AsyncClient]):
         kwargs, probing = from_conn_string_options(
             options, connect_timeout, socket_timeout, retries, sync=False
         )
-        probe = aredis.Redis.from_url(url, **probing)
-        try:
-            with connecting(url):
-                enabled = bool((await probe.info("cluster")).get("cluster_enabled"))
-        finally:
-            await probe.aclose()
-        kind = AsyncRedisCluster if (enabled if cluster is None else cluster) else aredis.Redis
-        client: AsyncClient = kind.from_url(url, **kwargs)
+        client = await aopen_client(url, cluster, kwargs, probing)
         try:
             saver = cls(client, **options)
             # the server is checked here, so a server that cannot keep threads is refused

@@ -8,20 +8,17 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from typing import Any, ClassVar, Generic, TypeVar
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.serde.base import SerializerProtocol, maybe_add_typed_methods
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..core.codec import Codec
 from ..core.config import MAX_OPTION, MAX_TTL_MS, bounded_int
 from ..core.delta import DeltaCache
 from ..core.durability import Durability, DurabilityMode
-from ..core.errors import InvalidInputError, connect_error
+from ..core.errors import InvalidInputError
 from ..core.keys import validate_prefix
 from ..core.slicing import DEFAULT_SLICE_MS, DEFAULT_SLICE_PAUSE
 from ..lua import SOURCES
@@ -42,7 +39,6 @@ __all__ = [
     "DEFAULT_PREFIX",
     "StreamSaverBase",
     "check_client",
-    "connecting",
     "from_conn_string_options",
     "require_client",
 ]
@@ -95,16 +91,6 @@ def from_conn_string_options(
         wait_ms=options.get("durability_timeout_ms", 1000 if options.get("durability") else None),
     )
     return kwargs, probe_options(kwargs, sync=sync)
-
-
-@contextmanager
-def connecting(url: str) -> Iterator[None]:
-    """A connection or timeout error while first reaching ``url``, raised as the typed error
-    it means (``ConnectionFailedError``, ``AuthenticationFailedError``, ``TLSError``)."""
-    try:
-        yield
-    except (RedisConnectionError, RedisTimeoutError) as exc:
-        raise connect_error(exc, url) from exc
 
 
 def config_readable(client: object) -> bool:

@@ -39,8 +39,9 @@ from ..transport.connection import HeldConnection, NodeConnections
 from ..transport.core import Durably, LoadScripts, LoadThere, Pipeline, Relearn, Verbs, run, what
 from ..transport.exchange import ScanNode, Views, exchange
 from ..transport.moves import Moves
+from ..transport.opening import open_client
 from ..transport.sending import load_scripts, relearn, routed, send_pipeline
-from .base import StreamSaverBase, connecting, from_conn_string_options, page_limit
+from .base import StreamSaverBase, from_conn_string_options, page_limit
 from .bridges import InThread
 from .calls import call_through, node_views, scan_node
 from .history import delta_channel_history
@@ -124,10 +125,7 @@ class RedisStreamSaver(InThread, StreamSaverBase[SyncClient]):
         kwargs, probing = from_conn_string_options(
             options, connect_timeout, socket_timeout, retries, sync=True
         )
-        with connecting(url), redis.Redis.from_url(url, **probing) as probe:
-            enabled = bool(probe.info("cluster").get("cluster_enabled"))
-        kind = RedisCluster if (enabled if cluster is None else cluster) else redis.Redis
-        client: SyncClient = kind.from_url(url, **kwargs)
+        client = open_client(url, cluster, kwargs, probing)
         try:
             saver = cls(client, **options)
             # the server is checked here, so a server that cannot keep threads is refused

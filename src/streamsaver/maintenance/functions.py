@@ -19,11 +19,11 @@ import redis
 from redis.cluster import RedisCluster
 from redis.exceptions import ResponseError
 
-from ..checkpoint.base import connecting
 from ..core.errors import UnsupportedServerError
 from ..core.server import server_version
 from ..lua import LIBRARY, LIBRARY_NAME
 from ..transport.clients import DEFAULT_CONNECT_TIMEOUT_S, client_options, probe_options
+from ..transport.opening import connecting
 
 __all__ = ["Loaded", "load_library", "nodes_holding"]
 

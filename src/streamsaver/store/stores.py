@@ -29,7 +29,6 @@ from redis.cluster import RedisCluster
 from typing_extensions import Unpack
 
 from ..checkpoint.aio import AsyncRedisStreamSaver
-from ..checkpoint.base import connecting
 from ..checkpoint.saver import RedisStreamSaver
 from ..core.errors import StreamSaverError, SyncOnLoopError
 from ..core.flow import Flow, Items
@@ -40,6 +39,7 @@ from ..transport.clients import (
     client_options,
     probe_options,
 )
+from ..transport.opening import aopen_client, open_client
 from .shell import StoreOptions, StoreShell, next_batch
 
 __all__ = ["AsyncRedisStreamStore", "RedisStreamStore"]
@@ -143,13 +143,7 @@ class RedisStreamStore(StoreShell[redis.Redis | RedisCluster, RedisStreamSaver])
         ``socket_timeout`` and ``retries`` as ``RedisStreamSaver.from_conn_string`` takes
         them; ``options``: the constructor's."""
         kwargs = client_options(connect_timeout, socket_timeout, retries, sync=True)
-        with (
-            connecting(url),
-            redis.Redis.from_url(url, **probe_options(kwargs, sync=True)) as probe,
-        ):
-            enabled = bool(probe.info("cluster").get("cluster_enabled"))
-        kind = RedisCluster if (enabled if cluster is None else cluster) else redis.Redis
-        client = kind.from_url(url, **kwargs)
+        client = open_client(url, cluster, kwargs, probe_options(kwargs, sync=True))
         try:
             store = cls(client, **options)
             store.setup()
@@ -256,14 +250,7 @@ class AsyncRedisStreamStore(StoreShell[aredis.Redis | AsyncRedisCluster, AsyncRe
     ) -> AsyncIterator[AsyncRedisStreamStore]:
         """See ``RedisStreamStore.from_conn_string``."""
         kwargs = client_options(connect_timeout, socket_timeout, retries, sync=False)
-        probe = aredis.Redis.from_url(url, **probe_options(kwargs, sync=False))
-        try:
-            with connecting(url):
-                enabled = bool((await probe.info("cluster")).get("cluster_enabled"))
-        finally:
-            await probe.aclose()
-        kind = AsyncRedisCluster if (enabled if cluster is None else cluster) else aredis.Redis
-        client = kind.from_url(url, **kwargs)
+        client = await aopen_client(url, cluster, kwargs, probe_options(kwargs, sync=False))
         try:
             store = cls(client, **options)
             await store.setup()
