@@ -23,6 +23,7 @@ from ..core.codec import CheckpointEvent, Field, Held, metadata_form
 from ..core.config import _configurable, before_id, make_config, target_of
 from ..core.delta import Known, Written
 from ..core.errors import (
+    CorruptIndexError,
     InvalidConfigError,
     InvalidInputError,
     NoPersistenceWarning,
@@ -130,7 +131,15 @@ class HotPath(Compaction):
                 if not (isinstance(reply, list) and reply[0] == b"unstored"):
                     return sent, reply
                 versions = checkpoint["channel_versions"]
-                renamed.update((c, versions[c]) for c in (r.decode() for r in reply[1:]))
+                named = [r.decode() for r in reply[1:]]
+                if not named or any(c in renamed or c not in versions for c in named):
+                    # a script that names nothing new would be answered the same for ever
+                    raise CorruptIndexError(
+                        f"thread {target.thread_id!r}: the append script asked again for "
+                        f"channels {named!r} this put already sent; nothing was written. "
+                        f"Run `streamsaver verify` on the thread"
+                    )
+                renamed.update((c, versions[c]) for c in named)
 
         cache = self.cache
         if cache is None:
