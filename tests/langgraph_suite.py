@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from importlib.metadata import version
 from pathlib import Path
 
-__all__ = ["Outcome", "fetch", "fetch_sdist", "run"]
+__all__ = ["Outcome", "fetch", "fetch_sdist", "run", "run_pytest"]
 
 _HERE = Path(__file__).resolve().parent
 
@@ -86,12 +86,6 @@ class Outcome:
 
 def run(sdist: Path, redis_url: str, args: list[str], timeout: float = 900) -> Outcome:
     """pytest over the sdist's tests with ``args`` (files, options), streamsaver's runs only."""
-    # a file of this run's own: two runs may share the cached sdist
-    with tempfile.TemporaryDirectory() as scratch:
-        return _run(sdist, redis_url, args, timeout, Path(scratch) / "junit.xml")
-
-
-def _run(sdist: Path, redis_url: str, args: list[str], timeout: float, report: Path) -> Outcome:
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(_HERE), os.environ.get("PYTHONPATH", "")]),
@@ -99,24 +93,34 @@ def _run(sdist: Path, redis_url: str, args: list[str], timeout: float, report: P
         # their Postgres and Redis-cache parameters need servers of their own
         "NO_DOCKER": "true",
     }
-    command = [
-        sys.executable, "-m", "pytest", "-p", "langgraph_plugin", "-p", "no:cacheprovider",
-        "-q", "-k", "streamsaver", f"--junitxml={report}", "-o", "junit_family=xunit1",
-        "-o", "asyncio_default_fixture_loop_scope=function", "--timeout=120", *args,
-    ]  # fmt: skip
-    done = subprocess.run(
-        command, cwd=sdist, env=env, capture_output=True, text=True, timeout=timeout, check=False
-    )
-    outcome = Outcome(done.returncode, done.stdout[-6000:] + done.stderr[-3000:])
-    if report.exists():
-        for case in ET.parse(report).getroot().iter("testcase"):
-            name = f"{case.get('file')}::{case.get('name')}"
-            if case.find("failure") is not None or case.find("error") is not None:
-                outcome.failed.append(name)
-            elif case.find("skipped") is not None:
-                outcome.skipped.append(name)
-            else:
-                outcome.passed.append(name)
+    options = ["-p", "langgraph_plugin", "-q", "-k", "streamsaver", "--timeout=120", *args]
+    return run_pytest(options, sdist, env, timeout)
+
+
+def run_pytest(options: list[str], cwd: Path, env: dict[str, str], timeout: float) -> Outcome:
+    """pytest with ``options`` in ``cwd``, each test's outcome read from a JUnit report of this
+    run's own (two runs may share a cached sdist)."""
+    with tempfile.TemporaryDirectory() as scratch:
+        report = Path(scratch) / "junit.xml"
+        command = [
+            sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--junitxml={report}",
+            "-o", "junit_family=xunit1", "-o", "asyncio_default_fixture_loop_scope=function",
+            *options,
+        ]  # fmt: skip
+        done = subprocess.run(
+            command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False
+        )
+        outcome = Outcome(done.returncode, done.stdout[-6000:] + done.stderr[-3000:])
+        if report.exists():
+            for case in ET.parse(report).getroot().iter("testcase"):
+                name = f"{case.get('file')}::{case.get('name')}"
+                if case.find("failure") is not None or case.find("error") is not None:
+                    if name not in outcome.failed:  # a failed test whose teardown errs too
+                        outcome.failed.append(name)
+                elif case.find("skipped") is not None:
+                    outcome.skipped.append(name)
+                else:
+                    outcome.passed.append(name)
     return outcome
 
 

@@ -17,13 +17,11 @@ By hand, on a throwaway server::
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
-import xml.etree.ElementTree as ET
 from importlib.metadata import version
 from pathlib import Path
 
-from tests.langgraph_suite import Outcome, fetch_sdist
+from tests.langgraph_suite import Outcome, fetch_sdist, run_pytest
 
 __all__ = ["PACKAGES", "fetch", "run"]
 
@@ -50,35 +48,13 @@ def fetch(package: str) -> Path:
 def run(package: str, redis_url: str, args: list[str], timeout: float = 600) -> Outcome:
     """pytest over ``package``'s store tests (``args``: options, more files) with streamsaver's
     stores in place of its own; test ids as ``file::name[params]``."""
-    root = fetch(package)
-    report = root / "streamsaver-junit.xml"
-    report.unlink(missing_ok=True)
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(_HERE), os.environ.get("PYTHONPATH", "")]),
         "STREAMSAVER_STORE_PEERS_REDIS_URL": redis_url,
     }
-    command = [
-        sys.executable, "-m", "pytest", "-p", "store_peers_plugin", "-p", "no:cacheprovider",
-        "-q", f"--junitxml={report}", "-o", "junit_family=xunit1",
-        "-o", "asyncio_default_fixture_loop_scope=function", "--timeout=60",
-        *PACKAGES[package], *args,
-    ]  # fmt: skip
-    done = subprocess.run(
-        command, cwd=root, env=env, capture_output=True, text=True, timeout=timeout, check=False
-    )
-    outcome = Outcome(done.returncode, done.stdout[-6000:] + done.stderr[-3000:])
-    if report.exists():
-        for case in ET.parse(report).getroot().iter("testcase"):
-            name = f"{case.get('file')}::{case.get('name')}"
-            if case.find("failure") is not None or case.find("error") is not None:
-                if name not in outcome.failed:  # a failed test whose teardown errs too
-                    outcome.failed.append(name)
-            elif case.find("skipped") is not None:
-                outcome.skipped.append(name)
-            else:
-                outcome.passed.append(name)
-    return outcome
+    options = ["-p", "store_peers_plugin", "-q", "--timeout=60", *PACKAGES[package], *args]
+    return run_pytest(options, fetch(package), env, timeout)
 
 
 def main(argv: list[str]) -> int:
