@@ -9,6 +9,7 @@ run a suite on Valkey 9 where Redis is on PATH.
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import warnings
@@ -25,8 +26,14 @@ import redis.asyncio as aredis
 from tests.keyspace import drop_keys
 
 if TYPE_CHECKING:
-    from streamsaver import AsyncRedisStreamSaver, RedisStreamSaver
+    from streamsaver import (
+        AsyncRedisStreamSaver,
+        AsyncRedisStreamStore,
+        RedisStreamSaver,
+        RedisStreamStore,
+    )
     from streamsaver.embedded import EmbeddedCluster
+    from streamsaver.embedded import EmbeddedRedis as EmbeddedServer
 
 DOCKER_IMAGE = "redis:7.2"
 
@@ -189,3 +196,37 @@ def cluster() -> Iterator[EmbeddedCluster]:
 
     with EmbeddedCluster(3) as started:
         yield started
+
+
+@pytest.fixture
+def stoppable_server() -> Iterator[EmbeddedServer]:
+    """A server of the test's own, which it may freeze (SIGSTOP, as a black-holed path) or
+    kill; resumed before it is shut down."""
+    from streamsaver.embedded import EmbeddedRedis
+
+    with EmbeddedRedis() as started:
+        try:
+            yield started
+        finally:
+            if started.process.poll() is None:
+                os.kill(started.process.pid, signal.SIGCONT)
+
+
+@pytest.fixture
+def store(redis_url: str, prefix: str) -> Iterator[RedisStreamStore]:
+    from streamsaver import RedisStreamStore
+
+    client = redis.Redis.from_url(redis_url)
+    yield RedisStreamStore(client, prefix=prefix)
+    client.close()
+
+
+@pytest.fixture
+async def astore(redis_url: str, prefix: str) -> AsyncIterator[AsyncRedisStreamStore]:
+    from streamsaver import AsyncRedisStreamStore
+
+    client = aredis.Redis.from_url(redis_url)
+    made = AsyncRedisStreamStore(client, prefix=prefix)
+    yield made
+    await made.stop_ttl_sweeper()
+    await client.aclose()

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
-import redis.asyncio as aredis
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.store.base import GetOp, ListNamespacesOp, MatchCondition, PutOp, SearchOp
 
@@ -30,20 +29,6 @@ from streamsaver.core.config import MAX_TTL_MS
 from tests.test_tail import checkpoint_at, under
 
 LONE = "\udcff"  # what os.fsdecode makes of the byte 0xff
-
-
-@pytest.fixture
-def store(redis_url: str, prefix: str) -> Iterator[RedisStreamStore]:
-    client = redis.Redis.from_url(redis_url)
-    yield RedisStreamStore(client, prefix=prefix)
-    client.close()
-
-
-@pytest.fixture
-async def astore(redis_url: str, prefix: str) -> AsyncIterator[AsyncRedisStreamStore]:
-    client = aredis.Redis.from_url(redis_url)
-    yield AsyncRedisStreamStore(client, prefix=prefix)
-    await client.aclose()
 
 
 def _keys(client: redis.Redis, prefix: str) -> list[bytes]:

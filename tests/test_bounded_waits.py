@@ -2,9 +2,9 @@
 as a black-holed path) report it or stop when told; the asyncio auto-pipeline answers every
 queued caller across a reconnect, with and without hiredis, and paces a burst.
 
-Each test starts its own server, to stop or kill it; the asyncio ones run with redis-py's
-hiredis parser and with its pure-Python one (what a plain install gets), forced per connection
-with ``parser_class``.
+Each test starts its own server (``stoppable_server``), to stop or kill it; the asyncio ones
+run with redis-py's hiredis parser and with its pure-Python one (what a plain install gets),
+forced per connection with ``parser_class``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -38,16 +38,6 @@ PARSERS = {"hiredis": _AsyncHiredisParser, "python": _AsyncRESP2Parser}
 BOUND_S = 10.0  # generous: the point is that the call returns, not how fast
 # what from_conn_string's defaults give: no socket timeout (redis-py's own default is 5 s)
 UNBOUNDED: dict[str, Any] = {"socket_timeout": None, "socket_connect_timeout": None}
-
-
-@pytest.fixture
-def server() -> Iterator[EmbeddedRedis]:
-    with EmbeddedRedis() as started:
-        try:
-            yield started
-        finally:
-            if started.process.poll() is None:
-                os.kill(started.process.pid, signal.SIGCONT)
 
 
 @pytest.fixture
@@ -123,11 +113,11 @@ def _async_reader(saver: AsyncRedisStreamSaver, kind: str) -> Any:
 
 @pytest.mark.parametrize("kind", ["tail", "tail_all"])
 def test_a_sync_tail_on_a_silent_server_raises_in_bounded_time(
-    server: EmbeddedRedis, short_grace: float, kind: str
+    stoppable_server: EmbeddedRedis, short_grace: float, kind: str
 ) -> None:
     """No socket timeout (``from_conn_string``'s default): the blocking read times out after
     its grace, and the reconnect's handshake must not then wait for good."""
-    client = redis.Redis.from_url(server.url, **UNBOUNDED)
+    client = redis.Redis.from_url(stoppable_server.url, **UNBOUNDED)
     saver = RedisStreamSaver(client, prefix="b")
     _put(saver)
     reader = _sync_reader(saver, kind)
@@ -139,11 +129,11 @@ def test_a_sync_tail_on_a_silent_server_raises_in_bounded_time(
 
     outcome = Outcome(follow)
     assert first.wait(5)
-    _freeze(server)
+    _freeze(stoppable_server)
     try:
         ended = outcome.ended_within(BOUND_S)
     finally:
-        _thaw(server)
+        _thaw(stoppable_server)
     assert ended, f"the {kind} still waits {BOUND_S} s after its server stopped answering"
     assert isinstance(outcome.error, ServerUnavailableError), repr(outcome.error)
     reader.close()
@@ -152,11 +142,11 @@ def test_a_sync_tail_on_a_silent_server_raises_in_bounded_time(
 
 @pytest.mark.parametrize("kind", ["tail", "tail_all"])
 def test_stop_ends_a_sync_tail_waiting_on_a_silent_server(
-    server: EmbeddedRedis, short_grace: float, kind: str
+    stoppable_server: EmbeddedRedis, short_grace: float, kind: str
 ) -> None:
     """A long socket timeout the user chose: the tail may wait that long on its own, but
     ``stop()`` from another thread ends the wait, wherever it is (a read, a reconnect)."""
-    client = redis.Redis.from_url(server.url, socket_timeout=60)
+    client = redis.Redis.from_url(stoppable_server.url, socket_timeout=60)
     saver = RedisStreamSaver(client, prefix="b")
     _put(saver)
     reader = _sync_reader(saver, kind)
@@ -168,14 +158,14 @@ def test_stop_ends_a_sync_tail_waiting_on_a_silent_server(
 
     outcome = Outcome(follow)
     assert first.wait(5)
-    _freeze(server)
+    _freeze(stoppable_server)
     try:
         # past the blocking read's timeout (block 0.1 s + grace 0.3 s): reconnecting
         time.sleep(1.5)
         reader.stop()
         ended = outcome.ended_within(BOUND_S)
     finally:
-        _thaw(server)
+        _thaw(stoppable_server)
     assert ended, f"stop() did not end the {kind} waiting on a silent server"
     assert outcome.error is None, repr(outcome.error)
     reader.close()
@@ -190,19 +180,19 @@ async def _follow_async(reader: Any, first: asyncio.Event) -> None:
 
 @pytest.mark.parametrize("kind", ["tail", "tail_all"])
 async def test_an_async_tail_on_a_silent_server_raises_in_bounded_time(
-    server: EmbeddedRedis, short_grace: float, kind: str, parser: Any
+    stoppable_server: EmbeddedRedis, short_grace: float, kind: str, parser: Any
 ) -> None:
-    client = aredis.Redis.from_url(server.url, parser_class=parser, **UNBOUNDED)
+    client = aredis.Redis.from_url(stoppable_server.url, parser_class=parser, **UNBOUNDED)
     saver = AsyncRedisStreamSaver(client, prefix="b")
-    _put(RedisStreamSaver(redis.Redis.from_url(server.url), prefix="b"))
+    _put(RedisStreamSaver(redis.Redis.from_url(stoppable_server.url), prefix="b"))
     first = asyncio.Event()
     task = asyncio.ensure_future(_follow_async(_async_reader(saver, kind), first))
     await asyncio.wait_for(first.wait(), 5)
-    _freeze(server)
+    _freeze(stoppable_server)
     try:
         done, _ = await asyncio.wait({task}, timeout=BOUND_S)
     finally:
-        _thaw(server)
+        _thaw(stoppable_server)
     if not done:
         task.cancel()
     assert done, f"the async {kind} still waits {BOUND_S} s after its server stopped answering"
@@ -213,16 +203,16 @@ async def test_an_async_tail_on_a_silent_server_raises_in_bounded_time(
 @pytest.mark.parametrize("how", ["stop", "cancel"])
 @pytest.mark.parametrize("kind", ["tail", "tail_all"])
 async def test_stop_or_cancel_ends_an_async_tail_waiting_on_a_silent_server(
-    server: EmbeddedRedis, short_grace: float, kind: str, how: str, parser: Any
+    stoppable_server: EmbeddedRedis, short_grace: float, kind: str, how: str, parser: Any
 ) -> None:
-    client = aredis.Redis.from_url(server.url, socket_timeout=60, parser_class=parser)
+    client = aredis.Redis.from_url(stoppable_server.url, socket_timeout=60, parser_class=parser)
     saver = AsyncRedisStreamSaver(client, prefix="b")
-    _put(RedisStreamSaver(redis.Redis.from_url(server.url), prefix="b"))
+    _put(RedisStreamSaver(redis.Redis.from_url(stoppable_server.url), prefix="b"))
     first = asyncio.Event()
     reader = _async_reader(saver, kind)
     task = asyncio.ensure_future(_follow_async(reader, first))
     await asyncio.wait_for(first.wait(), 5)
-    _freeze(server)
+    _freeze(stoppable_server)
     try:
         await asyncio.sleep(1.5)  # past the blocking read's timeout: reconnecting
         if how == "stop":
@@ -231,7 +221,7 @@ async def test_stop_or_cancel_ends_an_async_tail_waiting_on_a_silent_server(
             task.cancel()
         done, _ = await asyncio.wait({task}, timeout=BOUND_S)
     finally:
-        _thaw(server)
+        _thaw(stoppable_server)
     if not done:
         task.cancel()
     assert done, f"{how} did not end the async {kind} waiting on a silent server"
@@ -246,21 +236,23 @@ async def test_stop_or_cancel_ends_an_async_tail_waiting_on_a_silent_server(
 
 
 async def test_calls_queued_while_the_server_is_down_all_return(
-    server: EmbeddedRedis, parser: Any
+    stoppable_server: EmbeddedRedis, parser: Any
 ) -> None:
     """Calls queued while the server is down each get a typed error or their reply, in bounded
     time, whether the server comes back meanwhile or not; none stays pending."""
-    client = aredis.Redis.from_url(server.url, socket_connect_timeout=1, parser_class=parser)
+    client = aredis.Redis.from_url(
+        stoppable_server.url, socket_connect_timeout=1, parser_class=parser
+    )
     saver = AsyncRedisStreamSaver(client, prefix="b")
-    _put(RedisStreamSaver(redis.Redis.from_url(server.url), prefix="b"))
+    _put(RedisStreamSaver(redis.Redis.from_url(stoppable_server.url), prefix="b"))
     assert await saver.aget_tuple(_config("t")) is not None
-    server.kill()
+    stoppable_server.kill()
     # the first call meets the pooled connection closed; those after it need a new one
     with pytest.raises(ServerUnavailableError):
         await asyncio.wait_for(saver.aget_tuple(_config("t")), BOUND_S)
     calls = [asyncio.ensure_future(saver.aget_tuple(_config("t"))) for _ in range(20)]
     await asyncio.sleep(0.3)
-    server.restart()
+    stoppable_server.restart()
     done, pending = await asyncio.wait(calls, timeout=BOUND_S)
     for call in pending:
         call.cancel()
@@ -274,7 +266,7 @@ async def test_calls_queued_while_the_server_is_down_all_return(
 
 
 async def test_a_burst_of_store_calls_is_paced_not_one_giant_write(
-    server: EmbeddedRedis, parser: Any, monkeypatch: pytest.MonkeyPatch
+    stoppable_server: EmbeddedRedis, parser: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A burst of concurrent Store puts, each ~1 KB: one write of all of them keeps the
     connection draining for longer than the socket timeout; written in bounded batches, every
@@ -297,7 +289,7 @@ async def test_a_burst_of_store_calls_is_paced_not_one_giant_write(
 
     monkeypatch.setattr(multiplex.Link, "write", write)
     monkeypatch.setattr(pipelining.AutoPipeline, "_exchange", exchanged)
-    client = aredis.Redis.from_url(server.url, socket_timeout=1, parser_class=parser)
+    client = aredis.Redis.from_url(stoppable_server.url, socket_timeout=1, parser_class=parser)
     store = AsyncRedisStreamStore(client, prefix="burst")
     await store.aput(("warm",), "up", {"v": 0})
     blob = "x" * 1000
@@ -315,7 +307,7 @@ async def test_a_burst_of_store_calls_is_paced_not_one_giant_write(
         assert "may or may not have been applied" in str(error), str(error)
     assert not errors, f"{len(errors)} of {n} calls failed in {took:.1f} s: {errors[0]!r}"
     assert largest[0] <= 1000, f"one write carried {largest[0]} commands"
-    admin = redis.Redis.from_url(server.url)
+    admin = redis.Redis.from_url(stoppable_server.url)
     before = admin.info("stats")["total_commands_processed"]
     await asyncio.sleep(0.5)
     # nothing ran after every caller had its answer (but this INFO and the one before)
@@ -325,21 +317,21 @@ async def test_a_burst_of_store_calls_is_paced_not_one_giant_write(
 
 
 async def test_the_console_hub_reports_a_silent_server(
-    server: EmbeddedRedis, short_grace: float, parser: Any
+    stoppable_server: EmbeddedRedis, short_grace: float, parser: Any
 ) -> None:
     """The console's one ``atail_all``: its clients are told (and reconnect) rather than
     waiting on a hub that went quiet for good."""
     from streamsaver.web._hub import FeedHub
 
-    client = aredis.Redis.from_url(server.url, parser_class=parser, **UNBOUNDED)
+    client = aredis.Redis.from_url(stoppable_server.url, parser_class=parser, **UNBOUNDED)
     hub = FeedHub(AsyncRedisStreamSaver(client, prefix="b"))
     await hub.start()
-    _freeze(server)
+    _freeze(stoppable_server)
     try:
         waiting = asyncio.ensure_future(hub.after(hub.next_seq))
         done, _ = await asyncio.wait({waiting}, timeout=BOUND_S)
     finally:
-        _thaw(server)
+        _thaw(stoppable_server)
     if not done:
         waiting.cancel()
     assert done, f"the hub's clients still wait {BOUND_S} s after the server stopped answering"
@@ -349,23 +341,23 @@ async def test_the_console_hub_reports_a_silent_server(
 
 
 async def test_calls_on_a_silent_server_each_get_a_typed_error_in_bounded_time(
-    server: EmbeddedRedis, parser: Any
+    stoppable_server: EmbeddedRedis, parser: Any
 ) -> None:
     """The kept connection (hiredis) and the pump (without): with a socket timeout, every
     queued call on a stalled server fails typed, saying its write may have landed, and the
     saver works on once the server answers again."""
     client = aredis.Redis.from_url(
-        server.url, socket_timeout=0.5, socket_connect_timeout=0.5, parser_class=parser
+        stoppable_server.url, socket_timeout=0.5, socket_connect_timeout=0.5, parser_class=parser
     )
     saver = AsyncRedisStreamSaver(client, prefix="b")
-    _put(RedisStreamSaver(redis.Redis.from_url(server.url), prefix="b"))
+    _put(RedisStreamSaver(redis.Redis.from_url(stoppable_server.url), prefix="b"))
     assert await saver.aget_tuple(_config("t")) is not None
-    _freeze(server)
+    _freeze(stoppable_server)
     try:
         calls = [asyncio.ensure_future(saver.aget_tuple(_config("t"))) for _ in range(20)]
         done, pending = await asyncio.wait(calls, timeout=BOUND_S)
     finally:
-        _thaw(server)
+        _thaw(stoppable_server)
     for call in pending:
         call.cancel()
     assert not pending, f"{len(pending)} of {len(calls)} calls still wait {BOUND_S} s on"
@@ -378,16 +370,16 @@ async def test_calls_on_a_silent_server_each_get_a_typed_error_in_bounded_time(
 
 
 async def test_a_burst_whose_connection_is_killed_midway_answers_every_caller(
-    server: EmbeddedRedis, parser: Any
+    stoppable_server: EmbeddedRedis, parser: Any
 ) -> None:
     """The connection a burst is being written on is killed: the calls already written fail
     or are sent again, and those still waiting to be written go out on a new connection;
     every caller gets its reply or a typed error."""
-    client = aredis.Redis.from_url(server.url, socket_timeout=2, parser_class=parser)
+    client = aredis.Redis.from_url(stoppable_server.url, socket_timeout=2, parser_class=parser)
     saver = AsyncRedisStreamSaver(client, prefix="b")
-    _put(RedisStreamSaver(redis.Redis.from_url(server.url), prefix="b"))
+    _put(RedisStreamSaver(redis.Redis.from_url(stoppable_server.url), prefix="b"))
     assert await saver.aget_tuple(_config("t")) is not None
-    admin = redis.Redis.from_url(server.url)
+    admin = redis.Redis.from_url(stoppable_server.url)
 
     async def kill_soon() -> None:
         await asyncio.sleep(0.01)
@@ -413,7 +405,7 @@ def _size(commands: Any) -> int:
 
 
 async def test_a_burst_of_large_calls_is_written_about_a_megabyte_at_a_time(
-    server: EmbeddedRedis, parser: Any, monkeypatch: pytest.MonkeyPatch
+    stoppable_server: EmbeddedRedis, parser: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from streamsaver import AsyncRedisStreamStore
 
@@ -432,7 +424,7 @@ async def test_a_burst_of_large_calls_is_written_about_a_megabyte_at_a_time(
 
     monkeypatch.setattr(multiplex.Link, "write", write)
     monkeypatch.setattr(pipelining.AutoPipeline, "_exchange", exchanged)
-    client = aredis.Redis.from_url(server.url, socket_timeout=5, parser_class=parser)
+    client = aredis.Redis.from_url(stoppable_server.url, socket_timeout=5, parser_class=parser)
     store = AsyncRedisStreamStore(client, prefix="large")
     await store.aput(("warm",), "up", {"v": 0})
     blob = "x" * 200_000

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -21,16 +20,6 @@ from streamsaver import (
 )
 from streamsaver.embedded import EmbeddedRedis
 from streamsaver.transport.clients import DEFAULT_SOCKET_TIMEOUT_S
-
-
-@pytest.fixture
-def server() -> Iterator[EmbeddedRedis]:
-    with EmbeddedRedis() as started:
-        try:
-            yield started
-        finally:
-            if started.process.poll() is None:
-                os.kill(started.process.pid, signal.SIGCONT)
 
 
 def _timeout(client: Any) -> object:
@@ -63,24 +52,26 @@ def test_a_durability_wait_longer_than_the_default_keeps_its_reply(
 
 
 def test_the_default_saver_on_a_silent_server_raises_in_bounded_time(
-    server: EmbeddedRedis,
+    stoppable_server: EmbeddedRedis,
 ) -> None:
-    with RedisStreamSaver.from_conn_string(server.url, retries=0) as saver:
+    with RedisStreamSaver.from_conn_string(stoppable_server.url, retries=0) as saver:
         saver.get_tuple({"configurable": {"thread_id": "t"}})
-        os.kill(server.process.pid, signal.SIGSTOP)
+        os.kill(stoppable_server.process.pid, signal.SIGSTOP)
         started = time.monotonic()
         with pytest.raises(ServerUnavailableError):
             saver.get_tuple({"configurable": {"thread_id": "t"}})
         assert time.monotonic() - started < 3 * DEFAULT_SOCKET_TIMEOUT_S
-        os.kill(server.process.pid, signal.SIGCONT)
+        os.kill(stoppable_server.process.pid, signal.SIGCONT)
 
 
-def test_the_store_takes_the_savers_connection_options(server: EmbeddedRedis) -> None:
-    with RedisStreamStore.from_conn_string(server.url, socket_timeout=0.5, retries=0) as store:
+def test_the_store_takes_the_savers_connection_options(stoppable_server: EmbeddedRedis) -> None:
+    with RedisStreamStore.from_conn_string(
+        stoppable_server.url, socket_timeout=0.5, retries=0
+    ) as store:
         store.put(("a",), "k", {"v": 1})
-        os.kill(server.process.pid, signal.SIGSTOP)
+        os.kill(stoppable_server.process.pid, signal.SIGSTOP)
         started = time.monotonic()
         with pytest.raises(ServerUnavailableError):
             store.get(("a",), "k")
         assert time.monotonic() - started < 5
-        os.kill(server.process.pid, signal.SIGCONT)
+        os.kill(stoppable_server.process.pid, signal.SIGCONT)

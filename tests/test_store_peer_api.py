@@ -15,7 +15,6 @@ from types import MappingProxyType
 from typing import Any
 
 import pytest
-import redis
 import redis.asyncio as aredis
 from langgraph.store.base import PutOp
 
@@ -31,22 +30,6 @@ from . import store_servers
 from .store_servers import Target, drop
 
 target = store_servers.target  # the fixture: Redis 7, a 3-primary cluster, Valkey 9
-
-
-@pytest.fixture
-def store(redis_url: str, prefix: str) -> Iterator[RedisStreamStore]:
-    client = redis.Redis.from_url(redis_url)
-    yield RedisStreamStore(client, prefix=prefix)
-    client.close()
-
-
-@pytest.fixture
-async def astore(redis_url: str, prefix: str) -> AsyncIterator[AsyncRedisStreamStore]:
-    client = aredis.Redis.from_url(redis_url)
-    store = AsyncRedisStreamStore(client, prefix=prefix)
-    yield store
-    await store.stop_ttl_sweeper()
-    await client.aclose()
 
 
 @pytest.fixture
