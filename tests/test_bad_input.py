@@ -6,6 +6,7 @@ export file that is not one, and ``--json`` output that must stay JSON (no ``NaN
 
 from __future__ import annotations
 
+import io
 import json
 import time
 from collections.abc import Callable
@@ -418,3 +419,16 @@ def test_reader_options_beyond_what_the_server_holds(
         made.stop()
         next(iter(made), None)
     assert _keys(redis_client, prefix) == []
+
+
+def test_export_audit_of_a_bad_id_writes_nothing(redis_client: redis.Redis, prefix: str) -> None:
+    saver = RedisStreamSaver(redis_client, prefix=prefix)
+    for ids in (["fine", LONE], "fine", [None]):
+        out = io.StringIO()
+        with pytest.raises(InvalidInputError) as caught:
+            saver.export_audit(ids, out)  # type: ignore[arg-type]
+        assert out.getvalue() == ""
+        assert "thread_ids" in str(caught.value)
+    out = io.StringIO()
+    assert saver.export_audit([], out) == 0
+    assert json.loads(out.getvalue())["type"] == "export"

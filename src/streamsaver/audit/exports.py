@@ -47,22 +47,28 @@ class ExportWriter:
         self.serde = serde
         self.events = 0
         now = datetime.now(timezone.utc).isoformat()
-        self._write(
-            {
-                "type": "export",
-                "format": FORMAT,
-                "version": FORMAT_VERSION,
-                "prefix": prefix,
-                "exported_at": now,
-                "serde": type(serde).__name__,
-            }
-        )
+        # written by header(), once what is exported is known to be exportable: bad input
+        # writes nothing
+        self._header: dict[str, Any] | None = {
+            "type": "export",
+            "format": FORMAT,
+            "version": FORMAT_VERSION,
+            "prefix": prefix,
+            "exported_at": now,
+            "serde": type(serde).__name__,
+        }
         self._thread: str | None = None
         self._timeline: Timeline[Entry] = Timeline(serde, values=True)
         self._check = ChainCheck()
 
     def _write(self, record: dict[str, Any]) -> None:
         self.out.write(dumps(record) + "\n")
+
+    def header(self) -> None:
+        """The export's first line, once."""
+        if self._header is not None:
+            self._write(self._header)
+            self._header = None
 
     def begin(self, thread_id: str, deletions: Iterable[ThreadDeletion]) -> None:
         self._thread = thread_id

@@ -18,7 +18,7 @@ from typing import Protocol, TypeVar
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ..core.chain import Break, ChainCheck
-from ..core.config import thread_id_str
+from ..core.config import id_list, thread_id_str
 from ..core.errors import InvalidInputError, LogRewrittenError
 from ..core.flow import Call, Each, Entry, Flow, Items, Pace, consume, expand_items
 from ..core.keys import ThreadKeys
@@ -215,8 +215,11 @@ def export(ops: LogSource, writer: ExportWriter, thread_ids: Iterable[str]) -> F
     stream once whole: a log rewritten under its pages (a compaction, ``keep_last``'s puts, a
     deletion) starts the section again on the new log, so the file never joins two logs (which
     ``audit verify --file`` would rightly report as tampered)."""
+    # every id checked before the first line is written: bad input writes nothing
+    ids = id_list(thread_ids, "thread_ids")
+    writer.header()
     out = writer.out
-    for thread_id in thread_ids:
+    for thread_id in ids:
         before = writer.events
 
         def section(thread_id: str = thread_id, before: int = before) -> Flow[None]:

@@ -12,7 +12,7 @@ import ormsgpack
 
 from ..core.chain import CHAIN_FIELDS
 from ..core.codec import Field
-from ..core.config import thread_id_str
+from ..core.config import id_list, thread_id_str
 from ..core.errors import (
     CorruptIndexError,
     InvalidInputError,
@@ -59,7 +59,7 @@ class Lifecycle(Compaction):
         )
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> Flow[int]:
-        runs = _str_list(run_ids, "run_ids")
+        runs = id_list(run_ids, "run_ids")
         if not runs:
             return 0
         deleted = 0
@@ -299,7 +299,7 @@ class Lifecycle(Compaction):
             raise InvalidInputError(
                 f"prune strategy {strategy!r} is unknown; use 'keep_latest' or 'delete'"
             )
-        for thread_id in _str_list(thread_ids, "thread_ids"):
+        for thread_id in id_list(thread_ids, "thread_ids"):
             if strategy == "delete":
                 yield from self.delete_thread(thread_id)
             else:
@@ -360,9 +360,3 @@ def _copy_keys(dst: ThreadKeys, token: str) -> ThreadKeys:
 def _copy_of(source: str, entry_id: bytes | str) -> bytes:
     eid = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
     return ormsgpack.packb([source, eid])
-
-
-def _str_list(values: object, name: str) -> list[str]:
-    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
-        raise InvalidInputError(f"{name} must be a list of strings, got {values!r}")
-    return [thread_id_str(v, f"{name}[{i}]") for i, v in enumerate(values)]

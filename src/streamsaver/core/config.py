@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 from uuid import UUID
 
@@ -17,8 +17,10 @@ __all__ = [
     "before_id",
     "bounded_int",
     "check_text",
+    "id_list",
     "make_config",
     "target_of",
+    "thread_id_str",
 ]
 
 # The longest TTL taken (about 31,700 years): the scripts compute an expiry time, now plus
@@ -86,6 +88,14 @@ def _optional_str(conf: Mapping[str, Any], key: str, default: str | None) -> str
     raise InvalidConfigError(
         f"config['configurable'][{key!r}] must be a string, got {type(value).__name__}: {value!r}"
     )
+
+
+def id_list(values: object, name: str) -> list[str]:
+    """``values``, a sequence of ids (of threads, of runs), as strings (``thread_id_str``
+    each: UUIDs and ints have one obvious string form)."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
+        raise InvalidInputError(f"{name} must be a list of strings, got {values!r}")
+    return [thread_id_str(v, f"{name}[{i}]") for i, v in enumerate(values)]
 
 
 def thread_id_str(thread_id: object, where: str) -> str:
