@@ -432,3 +432,20 @@ def test_export_audit_of_a_bad_id_writes_nothing(redis_client: redis.Redis, pref
     out = io.StringIO()
     assert saver.export_audit([], out) == 0
     assert json.loads(out.getvalue())["type"] == "export"
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"socket_timeout": 1e20}, {"connect_timeout": 1e20}, {"retries": HUGE}],
+    ids=lambda options: next(iter(options)),
+)
+def test_connection_options_beyond_what_the_client_holds(
+    redis_url: str, redis_client: redis.Redis, prefix: str, options: dict[str, Any]
+) -> None:
+    for opened in (RedisStreamSaver, RedisStreamStore):
+        with (
+            pytest.raises(InvalidInputError, match=r"<= "),
+            opened.from_conn_string(redis_url, prefix=prefix, **options),
+        ):
+            pass
+    assert _keys(redis_client, prefix) == []

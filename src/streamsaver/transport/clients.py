@@ -36,6 +36,11 @@ DEFAULT_RETRIES = 3
 DEFAULT_SOCKET_TIMEOUT_S = 10.0
 # beyond a durability WAIT's own timeout, what its reply may take
 _WAIT_MARGIN_S = 1.0
+# past about 24.8 days a timeout overflows the clock of the client's sockets (OverflowError);
+# past 100 retries of a timeout each, a call on a silent server is a wait without end in all
+# but name
+_MOST_TIMEOUT_S = 2_147_483
+_MOST_RETRIES = 100
 
 
 def _retryable(error: Exception, also: Callable[[Exception], bool] | None) -> bool:
@@ -82,11 +87,22 @@ def client_options(
     own timeout."""
     for name, value in (("connect_timeout", connect_timeout), ("socket_timeout", socket_timeout)):
         if value is not None and (
-            isinstance(value, bool) or not isinstance(value, int | float) or value <= 0
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not 0 < value <= _MOST_TIMEOUT_S
         ):
-            raise InvalidInputError(f"{name}={value!r}: give seconds > 0, or None for no limit")
-    if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
-        raise InvalidInputError(f"retries={retries!r}: give an int >= 0")
+            raise InvalidInputError(
+                f"{name}={value!r}: give seconds > 0 and <= {_MOST_TIMEOUT_S}, or None for no limit"
+            )
+    if (
+        not isinstance(retries, int)
+        or isinstance(retries, bool)
+        or not 0 <= retries <= _MOST_RETRIES
+    ):
+        raise InvalidInputError(
+            f"retries={retries!r}: give an int >= 0 and <= {_MOST_RETRIES} (each retry may wait "
+            f"a socket timeout)"
+        )
     if socket_timeout is not None and isinstance(wait_ms, int) and not isinstance(wait_ms, bool):
         socket_timeout = max(float(socket_timeout), wait_ms / 1000 + _WAIT_MARGIN_S)
     backoff = ExponentialBackoff(cap=1.0, base=0.05)
