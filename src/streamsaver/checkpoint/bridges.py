@@ -21,9 +21,24 @@ from langgraph.checkpoint.base import (
 from ..core.errors import SyncOnLoopError
 from ..core.flow import T
 
-__all__ = ["InThread", "OnLoop"]
+__all__ = ["InThread", "OnLoop", "run_on"]
 
 History = dict[str, DeltaChannelHistory]
+
+
+def run_on(loop: asyncio.AbstractEventLoop | None, coro: Coroutine[Any, Any, T], what: str) -> T:
+    """``coro`` run on ``loop`` (an async saver's or store's) from another thread, waited for.
+    On the loop itself waiting would deadlock, and before it runs nothing would run it: both
+    raise SyncOnLoopError, whose message ends with ``what`` (the async call to use there and
+    the sync class to use instead)."""
+    try:
+        running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    if loop is None or running is loop:
+        coro.close()
+        raise SyncOnLoopError(what)
+    return asyncio.run_coroutine_threadsafe(coro, loop).result()
 
 
 class InThread(BaseCheckpointSaver[str]):
@@ -92,19 +107,14 @@ class OnLoop(BaseCheckpointSaver[str]):
     loop: asyncio.AbstractEventLoop | None
 
     def _sync(self, coro: Coroutine[Any, Any, T]) -> T:
-        try:
-            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if self.loop is None or running is self.loop:
-            coro.close()
-            raise SyncOnLoopError(
-                "Synchronous calls to AsyncRedisStreamSaver are only allowed from a thread other "
-                "than its event loop's, once that loop runs; on the loop use the async interface "
-                "(e.g. `await checkpointer.aget_tuple(...)`, `await graph.ainvoke(...)`), and in "
-                "synchronous code use RedisStreamSaver"
-            )
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+        return run_on(
+            self.loop,
+            coro,
+            "Synchronous calls to AsyncRedisStreamSaver are only allowed from a thread other "
+            "than its event loop's, once that loop runs; on the loop use the async interface "
+            "(e.g. `await checkpointer.aget_tuple(...)`, `await graph.ainvoke(...)`), and in "
+            "synchronous code use RedisStreamSaver",
+        )
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         return self._sync(self.aget_tuple(config))

@@ -29,8 +29,9 @@ from redis.cluster import RedisCluster
 from typing_extensions import Unpack
 
 from ..checkpoint.aio import AsyncRedisStreamSaver
+from ..checkpoint.bridges import run_on
 from ..checkpoint.saver import RedisStreamSaver
-from ..core.errors import StreamSaverError, SyncOnLoopError
+from ..core.errors import StreamSaverError
 from ..core.flow import Flow, Items
 from ..transport.clients import (
     DEFAULT_CONNECT_TIMEOUT_S,
@@ -280,19 +281,13 @@ class AsyncRedisStreamStore(StoreShell[aredis.Redis | AsyncRedisCluster, AsyncRe
         return await self._saver._run(self._ops.batch(ops, await self._ops.aembed(ops)))
 
     def batch(self, ops: Iterable[Op]) -> builtins.list[Result]:
-        loop = self._saver.loop
-        try:
-            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if loop is None or running is loop:
-            raise SyncOnLoopError(
-                "Synchronous calls to AsyncRedisStreamStore are only allowed from a thread "
-                "other than its event loop's, once that loop runs; on the loop use the async "
-                "interface (e.g. `await store.aget(...)`), and in synchronous code use "
-                "RedisStreamStore"
-            )
-        return asyncio.run_coroutine_threadsafe(self.abatch(builtins.list(ops)), loop).result()
+        return run_on(
+            self._saver.loop,
+            self.abatch(builtins.list(ops)),
+            "Synchronous calls to AsyncRedisStreamStore are only allowed from a thread other "
+            "than its event loop's, once that loop runs; on the loop use the async interface "
+            "(e.g. `await store.aget(...)`), and in synchronous code use RedisStreamStore",
+        )
 
     # a coroutine under the sync name, as AsyncPostgresStore's and AsyncSqliteStore's
     sweep_ttl = _awaits(StoreShell._sweep_ttl, "")
