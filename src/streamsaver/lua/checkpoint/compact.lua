@@ -186,18 +186,7 @@ end
 -- The bytes of the part at `ref` ("<event id> <field>"), a shared part made plain.
 local function link_part(log, channel, version, ref, cache)
   local eid, field = string.match(ref, '^(%S+) (%S+)$')
-  local f = entry_fields(log, eid, cache)
-  if f == nil then
-    lost(log, 'the value of channel ' .. channel .. ' points at event ' .. eid ..
-      ', which is missing from the log')
-  elseif f[field] == nil then
-    corrupt('value of channel ' .. channel .. ' points at missing event ' .. eid)
-  end
-  local part, why = plain_part(log, f[field], cache)
-  if part == nil then
-    corrupt('value of channel ' .. channel .. ' version ' .. version .. ' is ' .. why)
-  end
-  return part
+  return stored_part(log, channel, version, eid, field, cache)
 end
 
 -- The copy of checkpoint `f` (event `eid`): its header, then the parts of missing_links()

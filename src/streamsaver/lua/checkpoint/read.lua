@@ -23,6 +23,23 @@ local function describe(ns, id)
   return 'checkpoint ' .. id .. ' (namespace "' .. ns .. '")'
 end
 
+-- The bytes of the part in field `field` of event `eid` that (channel, version) points at, a
+-- shared part made plain; a typed error when the event, the field or the part is not there.
+local function stored_part(log, channel, version, eid, field, cache)
+  local f = entry_fields(log, eid, cache)
+  if f == nil then
+    lost(log, 'the value of channel ' .. channel .. ' points at event ' .. eid ..
+      ', which is missing from the log')
+  elseif f[field] == nil then
+    corrupt('value of channel ' .. channel .. ' points at missing event ' .. eid)
+  end
+  local part, why = plain_part(log, f[field], cache)
+  if part == nil then
+    corrupt('value of channel ' .. channel .. ' version ' .. version .. ' is ' .. why)
+  end
+  return part
+end
+
 -- The links of (channel, version): {{version, base, part}, ...} from the newest part down to
 -- the whole value it extends, and the head reference; nil when nothing is stored. With `held`
 -- ({version, head} of a value the client holds), the walk stops above that value if its
@@ -45,19 +62,9 @@ local function value_chain(log, ptr, p, channel, version, cache, held)
     local s2 = string.find(ref, ' ', s1 + 1, true)
     local eid = string.sub(ref, 1, s1 - 1)
     local field = string.sub(ref, s1 + 1, (s2 or 0) - 1)
-    local f = entry_fields(log, eid, cache)
-    if f == nil then
-      lost(log, 'the value of channel ' .. channel .. ' points at event ' .. eid ..
-        ', which is missing from the log')
-    elseif f[field] == nil then
-      corrupt('value of channel ' .. channel .. ' points at missing event ' .. eid)
-    end
+    local part = stored_part(log, channel, v, eid, field, cache)
     head = head or (eid .. ' ' .. field)
     local base = s2 and string.sub(ref, s2 + 1) or ''
-    local part, why = plain_part(log, f[field], cache)
-    if part == nil then
-      corrupt('value of channel ' .. channel .. ' version ' .. v .. ' is ' .. why)
-    end
     links[#links + 1] = {v, base, part}
     if base == '' then
       return links, head
