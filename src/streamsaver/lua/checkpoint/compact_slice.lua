@@ -267,10 +267,7 @@ local function swap()
     return false
   end
   for _, pair in ipairs({{nl, log}, {nx, ix}, {np, ptr}}) do
-    if redis.call('EXISTS', pair[1]) == 1 then
-      redis.call('RENAME', pair[1], pair[2])
-      redis.call('PERSIST', pair[2])
-    end
+    move_in(pair[1], pair[2])
   end
   if ttl > 0 then
     expire_thread(log, {ix, ptr}, ttl)

@@ -30,10 +30,7 @@ if ARGV[5] == 'swap' then
   -- indexes left without their log (expired apart, deleted by hand) must not mix in
   redis.call('UNLINK', ix, ptr)
   for _, pair in ipairs({{nl, log}, {nx, ix}, {np, ptr}}) do
-    if redis.call('EXISTS', pair[1]) == 1 then
-      redis.call('RENAME', pair[1], pair[2])
-      redis.call('PERSIST', pair[2])
-    end
+    move_in(pair[1], pair[2])
   end
   expire_thread(log, {ix, ptr}, ARGV[3])
 end

@@ -52,11 +52,8 @@ out[1], out[2] = 'done', last or ARGV[1]
 for _, pair in ipairs({{sx, ix}, {sp, ptr}}) do
   -- RENAME would free the old index in this call; UNLINK frees it in the background
   redis.call('UNLINK', pair[2])
-  if redis.call('EXISTS', pair[1]) == 1 then
-    redis.call('RENAME', pair[1], pair[2])
-    -- the scratch key's expiry came with it: the rebuilt indexes follow the log instead
-    redis.call('PERSIST', pair[2])
-  end
+  -- the rebuilt indexes follow the log's expiry, not the scratch key's
+  move_in(pair[1], pair[2])
 end
 redis.call('DEL', st)
 expire_thread(log, {ix, ptr}, 0)

@@ -77,10 +77,7 @@ if string.find(ARGV[4], 'l', 1, true) and finished == #ARGV - 6 then
   for j = 3, 6 do
     -- RENAME would free the old key in this call; UNLINK frees it in the background
     redis.call('UNLINK', KEYS[j])
-    if redis.call('EXISTS', scratch[j]) == 1 then
-      redis.call('RENAME', scratch[j], KEYS[j])
-      redis.call('PERSIST', KEYS[j])
-    end
+    move_in(scratch[j], KEYS[j])
   end
   redis.call('DEL', st)
   local now = redis.call('TIME')

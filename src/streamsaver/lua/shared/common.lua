@@ -296,6 +296,16 @@ local function notify(feed, maxlen, id, f)
              'k', f.k or '', 'ns', f.ns or '')
 end
 
+-- A long operation's scratch key `from`, if it was made, renamed over `to` (its live twin):
+-- the scratch key's expiry (an abandoned operation's keys go away) does not come with it, the
+-- live key's retention is its owner's to set.
+local function move_in(from, to)
+  if redis.call('EXISTS', from) == 1 then
+    redis.call('RENAME', from, to)
+    redis.call('PERSIST', to)
+  end
+end
+
 -- Retention by time: every key of a thread gets one absolute expiry time, so they expire
 -- together and no reader sees one without the others. ttl_ms > 0 (a saver's ttl) restarts the
 -- clock; 0 keeps the log's remaining time (keys a script re-created, e.g. by compaction or

@@ -158,10 +158,7 @@ local function swap()
       -- RENAME would free the old index in this call; UNLINK frees it in the background
       redis.call('UNLINK', live[i])
     end
-    if redis.call('EXISTS', scratch[i]) == 1 then
-      redis.call('RENAME', scratch[i], live[i])
-      redis.call('PERSIST', live[i])
-    end
+    move_in(scratch[i], live[i])
   end
 end
 
