@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, TypedDict
 from pydantic import ValidationError
 
 from ..core.codec import Codec
+from ..core.config import bounded_int
 from ..core.errors import InvalidInputError
 from ..core.feeds import feed_key
 from ..core.keys import thread_keys
@@ -44,7 +45,7 @@ from .steps import (
     feed_probes,
     sweep_slice,
 )
-from .thread import _namespace, _positive, _Reader
+from .thread import _namespace, _Reader
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing's from Python 3.11
@@ -92,10 +93,10 @@ class _Feeds(_Reader):
         if discover_ms is None:
             # a cluster probe is one EXISTS per missing slot, so it runs less often
             discover_ms = DEFAULT_DISCOVER_MS * (5 if cluster else 1)
-        self.discover_ms = _positive(discover_ms, "discover_ms")
-        self.poll_ms = _positive(poll_ms, "poll_ms")
-        self.block_ms = _positive(block_ms, "block_ms")
-        self.count = _positive(count, "count")
+        self.discover_ms = bounded_int(discover_ms, "discover_ms", 1)
+        self.poll_ms = bounded_int(poll_ms, "poll_ms", 1)
+        self.block_ms = bounded_int(block_ms, "block_ms", 1)
+        self.count = bounded_int(count, "count", 1)
         self.known: list[int] = []  # slots whose feed exists, in discovery order
         self._known: set[int] = set()
         self.next_discovery = 0.0

@@ -6,7 +6,7 @@ from collections.abc import Generator, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..core.codec import Codec
-from ..core.config import check_text
+from ..core.config import bounded_int, check_text
 from ..core.errors import InvalidInputError
 from ..core.feeds import parked_key
 from ..core.replies import as_text
@@ -25,7 +25,7 @@ from .steps import (
     TailFlow,
     TailOp,
 )
-from .thread import _after, _positive
+from .thread import _after
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing's from Python 3.11
@@ -63,12 +63,12 @@ class GroupReader(_Feeds):
         self.group: str = group  # type: ignore[assignment]
         self.consumer: str = consumer  # type: ignore[assignment]
         self.start = "$" if start == "$" else _after(start)
-        self.min_idle_ms = _positive(min_idle_ms, "min_idle_ms")
-        self.max_deliveries = _positive(max_deliveries, "max_deliveries")
-        self.claim_ms = _positive(
-            claim_ms if claim_ms is not None else max(1, self.min_idle_ms // 2), "claim_ms"
+        self.min_idle_ms = bounded_int(min_idle_ms, "min_idle_ms", 1)
+        self.max_deliveries = bounded_int(max_deliveries, "max_deliveries", 1)
+        self.claim_ms = bounded_int(
+            claim_ms if claim_ms is not None else max(1, self.min_idle_ms // 2), "claim_ms", 1
         )
-        self.reap_idle_ms = _positive(reap_idle_ms, "reap_idle_ms", 0)
+        self.reap_idle_ms = bounded_int(reap_idle_ms, "reap_idle_ms", 0)
         self.next_claim = 0.0
         self.parked = 0
         self.joined = False

@@ -14,10 +14,6 @@ from .naming import SEEN, name_batch
 from .steps import DEFAULT_BLOCK_MS, DEFAULT_COUNT, Batch, Block, Deliver, Report, Step, TailFlow
 
 
-def _positive(value: object, name: str, low: int = 1) -> int:
-    return bounded_int(value, name, low)
-
-
 def _after(after: object) -> str:
     """``"$"``, ``"0"`` or a stream id, as a position: ``"$"`` or an exact id."""
     if after == "$":
@@ -87,8 +83,8 @@ class ThreadTail(_Reader):
         self.after = _after(after)
         self.follow = bool(follow)
         self.ns = _namespace(checkpoint_ns)
-        self.block_ms = _positive(block_ms, "block_ms")
-        self.count = _positive(count, "count")
+        self.block_ms = bounded_int(block_ms, "block_ms", 1)
+        self.count = bounded_int(count, "count", 1)
         self.position: str | None = None if self.after == "$" else self.after
         # the log's first entry id when its end was read (follow=False): another one means it
         # was rewritten since (core/pages.py)
