@@ -36,7 +36,7 @@ from streamsaver.transport import multiplex, pipelining, resp
 
 PARSERS = {"hiredis": _AsyncHiredisParser, "python": _AsyncRESP2Parser}
 BOUND_S = 10.0  # generous: the point is that the call returns, not how fast
-# what from_conn_string's defaults give: no socket timeout (redis-py's own default is 5 s)
+# a client made without timeouts (from_conn_string sets them; redis-py's own default is 5 s)
 UNBOUNDED: dict[str, Any] = {"socket_timeout": None, "socket_connect_timeout": None}
 
 
@@ -88,6 +88,19 @@ class Outcome:
         return not self.thread.is_alive()
 
 
+def _following(reader: Any) -> Outcome:
+    """``reader`` iterated in a thread of its own, once it has handed over its first event."""
+    first = threading.Event()
+
+    def follow() -> None:
+        for _ in reader:
+            first.set()
+
+    outcome = Outcome(follow)
+    assert first.wait(5)
+    return outcome
+
+
 def _freeze(server: EmbeddedRedis) -> None:
     os.kill(server.process.pid, signal.SIGSTOP)
 
@@ -115,20 +128,13 @@ def _async_reader(saver: AsyncRedisStreamSaver, kind: str) -> Any:
 def test_a_sync_tail_on_a_silent_server_raises_in_bounded_time(
     stoppable_server: EmbeddedRedis, short_grace: float, kind: str
 ) -> None:
-    """No socket timeout (``from_conn_string``'s default): the blocking read times out after
-    its grace, and the reconnect's handshake must not then wait for good."""
+    """No socket timeout (a client made without one): the blocking read times out after its
+    grace, and the reconnect's handshake must not then wait for good."""
     client = redis.Redis.from_url(stoppable_server.url, **UNBOUNDED)
     saver = RedisStreamSaver(client, prefix="b")
     _put(saver)
     reader = _sync_reader(saver, kind)
-    first = threading.Event()
-
-    def follow() -> None:
-        for _ in reader:
-            first.set()
-
-    outcome = Outcome(follow)
-    assert first.wait(5)
+    outcome = _following(reader)
     _freeze(stoppable_server)
     try:
         ended = outcome.ended_within(BOUND_S)
@@ -150,14 +156,7 @@ def test_stop_ends_a_sync_tail_waiting_on_a_silent_server(
     saver = RedisStreamSaver(client, prefix="b")
     _put(saver)
     reader = _sync_reader(saver, kind)
-    first = threading.Event()
-
-    def follow() -> None:
-        for _ in reader:
-            first.set()
-
-    outcome = Outcome(follow)
-    assert first.wait(5)
+    outcome = _following(reader)
     _freeze(stoppable_server)
     try:
         # past the blocking read's timeout (block 0.1 s + grace 0.3 s): reconnecting
