@@ -1,4 +1,4 @@
-"""A stream read in pages that each hold the server for about one slice (issue 13).
+"""A stream read in pages that each hold the server for about one slice.
 
 XRANGE is one command: the server builds a page's whole reply before it serves another client,
 so a page is a slice like any script's. Pages of a fixed count cost what their entries do: 200

@@ -1,6 +1,6 @@
 -- A search that looks at every item under a namespace prefix (a filter, a ranking), or a
 -- listing of every namespace, in slices of ARGV[5] ms: in one script, a namespace of a million
--- items (or a million namespaces) held the server, every tenant on it, for seconds (issue 13).
+-- items (or a million namespaces) held the server, every tenant on it, for seconds.
 -- The client puts the slices' answers together into what one script would have answered at
 -- the moment of its last slice (store/scan.py):
 --   'scan'   HSCANs each bucket's items (mitem; mns for namespaces), a page at a time. One

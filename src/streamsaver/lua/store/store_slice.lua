@@ -1,6 +1,6 @@
 -- One slice of a bucket's rebuild or verify: replaying a bucket's whole log in one script held
 -- the server (which runs one script at a time) for as long as the log is long, and a tenant's
--- big store would stall every other tenant (issue 13). Each call does a few ms of work and
+-- big store would stall every other tenant. Each call does a few ms of work and
 -- keeps its place in a state hash; writers go on projecting onto the live keys meanwhile.
 -- In order, each phase going on from its cursor:
 --   replay  the log into scratch keys through store_apply(), the one projection; every later
