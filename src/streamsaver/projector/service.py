@@ -9,26 +9,45 @@ deliveries, in one script. So members never apply an entry twice or out of order
 of them gets which delivery, and a member killed at any point leaves either all of a batch's
 effects or none; what it held is claimed by the others (XAUTOCLAIM), or re-read by its
 successor from the cursor.
+
+It outlives what a failover, a restart or a dropped connection does to it: it talks through a
+client of its own whose every wait is bounded (``connections``), and a call that fails for
+such a reason is tried again after a pause, the layout learned again (its slot may have a new
+owner), the group joined again; ``stop()`` ends it wherever it waits.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from redis.cluster import RedisCluster
 
 from ..checkpoint.saver import RedisStreamSaver
 from ..core.slots import slot_of
 from ..events import Delivery, SkippedEvent
+from ..tailing.blocking import within
 from ..tailing.shells import ConsumerGroup
+from .connections import cut, own_saver, passing
 
 __all__ = ["DEFAULT_GROUP", "Projector", "Totals"]
 
 log = logging.getLogger("projector")
 
 DEFAULT_GROUP = "projector"
+# the pauses before trying again what a failover or a restart broke: growing, up to the bound
+# of one call (the tails' grace), so a server that comes back is found within about that
+_FIRST_PAUSE_S = 0.1
+# how long run() lets the apply thread finish what was delivered once stopped, before it cuts
+# the projector's connections (a call on a silent server would otherwise run to its bound)
+_STOP_GRACE_S = 1.0
 
 
 @dataclass
@@ -65,10 +84,16 @@ class Projector:
         self.sweep_every_s = sweep_every_s
         self.totals = Totals()
         self._stopped = threading.Event()
+        # set once run() gave up waiting for the apply thread and cut its connections
+        self._abandoned = threading.Event()
+        # the saver the projector's calls go through: on a client of its own while it runs
+        self._saver = saver
+        self._client: Any = None
         self._members: ConsumerGroup | None = None
         # (slot, feed entry id or None): deliveries, and slots to look at
         self._work: queue.Queue[tuple[int, str | None]] = queue.Queue()
         self._failed: BaseException | None = None
+        self._pause = _FIRST_PAUSE_S  # the apply thread's next pause after an error
 
     def stop(self) -> None:
         self._stopped.set()
@@ -77,11 +102,11 @@ class Projector:
 
     def start(self) -> None:
         """Seed what has no projections yet (first start, or keys deleted), then catch up."""
-        if not self.saver.projector_seeded():
+        if not self._saver.projector_seeded():
             log.info("no projections yet: seeding them from the thread logs")
             # a replica starting at the same time seeds too: a slot it seeded and went on
             # applying is left to it (seeding it again would move its cursor back)
-            registered = self.saver.seed_projections(unseeded_only=True)
+            registered = self._saver.seed_projections(unseeded_only=True)
             log.info("seeded: %d threads registered", registered)
         self.catch_up()
 
@@ -90,20 +115,20 @@ class Projector:
             log.info("slot %s: %s: seeding it again", slots[0], why)
         else:
             log.warning("slots %s have no usable cursor (trimmed feed?): seeding them again", slots)
-        self.saver.seed_projections(slots)
+        self._saver.seed_projections(slots)
         self.totals.reseeded += len(slots)
 
     def catch_up(self, slots: list[int] | None = None) -> None:
         """Apply every slot's pending entries (the group only wakes us; the cursor rules)."""
         if slots is None:
-            lag = self.saver.projector_lag(fresh=False)
+            lag = self._saver.projector_lag(fresh=False)
             slots = [s.slot for s in lag.slots if s.pending or not s.usable]
         for slot in slots:
             self.apply(slot, [])
 
     def apply(self, slot: int, acks: list[str]) -> None:
         while True:
-            done = self.saver.project(slot, count=self.batch, group=self.group, acks=acks)
+            done = self._saver.project(slot, count=self.batch, group=self.group, acks=acks)
             if done.status == "seeding":
                 # another process seeds the slot; the next catch-up applies what follows
                 return
@@ -130,16 +155,50 @@ class Projector:
 
     def _worker(self) -> None:
         try:
+            while not self._stopped.is_set() and not self._done(self.start, "starting"):
+                pass
             self._apply_loop()
-        except BaseException as exc:  # handed to run(), which re-raises it
-            self._failed = exc
+        except BaseException as exc:
+            if self._abandoned.is_set() or (self._stopped.is_set() and passing(exc)):
+                # stopped: what it was doing is applied by the next call after the cursor
+                log.debug("stopped while applying: %s", _named(exc))
+                return
+            self._failed = exc  # handed to run(), which re-raises it
             self.stop()
+
+    def _done(self, call: Callable[[], object], what: str) -> bool:
+        """``call`` done, or False after an error the projector waits out (a failover, a
+        restart), once the pause is over. Anything else is raised; so is every error once
+        stopped, which ends the apply thread."""
+        try:
+            call()
+        except Exception as exc:
+            if self._stopped.is_set() or not passing(exc):
+                raise
+            log.warning("%s: %s; trying again in %.1f s", what, _named(exc), self._pause)
+            self._pause = self._wait_out(self._pause)
+            return False
+        self._pause = _FIRST_PAUSE_S
+        return True
+
+    def _wait_out(self, pause: float) -> float:
+        """Wait ``pause`` (a stop ends it), then learn the cluster's layout again: the slot's
+        owner may have changed. Returns the next pause."""
+        self._stopped.wait(pause)
+        client: Any = self._saver.client
+        if isinstance(client, RedisCluster) and not self._stopped.is_set():
+            # no node may answer yet: the next call's own error says so
+            with contextlib.suppress(Exception):
+                client.nodes_manager.initialize()
+        return min(pause * 2, within())
 
     def _apply_loop(self) -> None:
         next_catch_up = time.monotonic() + self.catch_up_s
         next_log = time.monotonic() + self.log_every_s
         next_sweep = time.monotonic() + self.sweep_every_s
-        while not self._stopped.is_set() or not self._work.empty():
+        while (not self._stopped.is_set() or not self._work.empty()) and (
+            not self._abandoned.is_set()
+        ):
             try:
                 first = self._work.get(timeout=0.2)
             except queue.Empty:
@@ -155,24 +214,36 @@ class Projector:
                     item = self._work.get_nowait()
                 except queue.Empty:
                     item = None
-            for slot, ids in acks.items():
-                self.apply(slot, ids)
+            if not self._apply_each(acks):
+                continue
             now = time.monotonic()
-            if now >= next_catch_up:
-                next_catch_up = now + self.catch_up_s
-                self.catch_up()
+            if now >= next_catch_up and self._done(self.catch_up, "catching up"):
+                next_catch_up = time.monotonic() + self.catch_up_s
             if now >= next_log:
                 next_log = now + self.log_every_s
-                self.log_lag()
-            if now >= next_sweep:
-                next_sweep = now + self.sweep_every_s
-                # delete_thread and expiry leave no feed entry: look for vanished threads
-                forgotten = self.saver.sweep_projections()
-                if forgotten:
-                    log.info("forgot %d threads whose log is gone", forgotten)
+                self._done(self.log_lag, "reading the lag")
+            if now >= next_sweep and self._done(self._sweep, "sweeping"):
+                next_sweep = time.monotonic() + self.sweep_every_s
+
+    def _apply_each(self, acks: dict[int, list[str]]) -> bool:
+        for slot, ids in acks.items():
+            if not self._done(partial(self.apply, slot, ids), f"slot {slot}"):
+                # this slot and those after it, with their deliveries, once the pause is over
+                for again in list(acks)[list(acks).index(slot) :]:
+                    self._work.put((again, None))
+                    for entry_id in acks[again]:
+                        self._work.put((again, entry_id))
+                return False
+        return True
+
+    def _sweep(self) -> None:
+        # delete_thread and expiry leave no feed entry: look for vanished threads
+        forgotten = self._saver.sweep_projections()
+        if forgotten:
+            log.info("forgot %d threads whose log is gone", forgotten)
 
     def log_lag(self) -> None:
-        lag = self.saver.projector_lag(fresh=False)
+        lag = self._saver.projector_lag(fresh=False)
         log.info(
             "lag: %d entries pending over %d slots, oldest %.1f s; applied %d so far",
             lag.pending,
@@ -181,9 +252,8 @@ class Projector:
             self.totals.applied,
         )
 
-    def run(self) -> Totals:
-        self.start()
-        members = self.saver.consumer_group(
+    def _join(self) -> ConsumerGroup:
+        members = self._saver.consumer_group(
             self.group,
             self.consumer,
             start="$",
@@ -191,19 +261,72 @@ class Projector:
             count=self.batch,
             on_skip=self._skipped,
         )
+        # joined again after a failover under the same name: what it held is still its own
+        self.consumer = members.consumer
         self._members = members
+        if self._stopped.is_set():  # a stop() that came while it joined
+            members.stop()
+        return members
+
+    def _follow(self) -> None:
+        """Hand each delivery to the apply thread until stopped; a member that met a failover
+        or a restart leaves and joins again after a pause."""
+        pause = _FIRST_PAUSE_S
+        while not self._stopped.is_set():
+            try:
+                self._leave()  # a member whose iteration ended on its own, if any
+                members = self._join()
+                log.info("projector %s joined group %r", members.consumer, self.group)
+                for delivery in members:
+                    self._work.put((_slot(delivery), delivery.entry_id))
+                    pause = _FIRST_PAUSE_S
+            except Exception as exc:
+                if not passing(exc):
+                    raise
+                if self._stopped.is_set():
+                    return
+                log.warning("group: %s; joining again in %.1f s", _named(exc), pause)
+                self._leave()
+                pause = self._wait_out(pause)
+
+    def _leave(self) -> None:
+        # leaving sends (the member is deleted where nothing is pending for it): on a server
+        # that is gone, the others claim what it held, and it joins again under its name
+        members, self._members = self._members, None
+        if members is None:
+            return
+        try:
+            members.close()
+        except Exception as exc:
+            if not passing(exc):
+                raise
+            log.debug("group: leaving: %s", _named(exc))
+
+    def run(self) -> Totals:
+        self._saver, self._client = own_saver(self.saver, self._stopped)
         worker = threading.Thread(target=self._worker, name="projector-apply")
         worker.start()
         try:
-            log.info("projector %s joined group %r", members.consumer, self.group)
-            if not self._stopped.is_set():
-                for delivery in members:
-                    self._work.put((_slot(delivery), delivery.entry_id))
+            self._follow()
+        except BaseException:
+            if self._failed is None:
+                self.stop()
+            raise
         finally:
             # the worker applies (and acknowledges) what was delivered before the member leaves
             self._stopped.set()
+            worker.join(_STOP_GRACE_S)
+            if worker.is_alive() and self._client is not None:
+                # it still waits, on a server that stopped answering: cut its connections
+                self._abandoned.set()
+                cut(self._client)
             worker.join()
-            members.close()
+            try:
+                self._leave()  # after the worker acknowledged what was delivered
+            finally:
+                if self._client is not None:
+                    self._client.close()
+            self._saver, self._client = self.saver, None
         if self._failed is not None:
             raise self._failed
         log.info(
@@ -212,6 +335,10 @@ class Projector:
             self.totals.batches,
         )
         return self.totals
+
+
+def _named(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _slot(delivery: Delivery) -> int:
