@@ -1,14 +1,41 @@
-"""streamsaver: an event-sourced LangGraph checkpointer on Redis Streams."""
+"""streamsaver: an event-sourced LangGraph checkpointer on Redis Streams.
 
-from .checkpoint.aio import AsyncRedisStreamSaver
-from .checkpoint.base import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_PREFIX
-from .checkpoint.saver import RedisStreamSaver
+The public names are imported when first used (PEP 562), not with the package: the savers pull
+in LangGraph and langchain_core (~1 s), which ``streamsaver --version``, ``--help`` and the
+errors alone do not need.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from .core import errors
-from .core.codec import SCHEMA_VERSION
-from .core.durability import DurabilityError, DurabilityMode
 from .core.errors import *  # noqa: F403
-from .core.slicing import Replay
-from .store.stores import AsyncRedisStreamStore, RedisStreamStore
+
+if TYPE_CHECKING:
+    from .checkpoint.aio import AsyncRedisStreamSaver
+    from .checkpoint.base import DEFAULT_MAX_PAYLOAD_BYTES
+    from .checkpoint.saver import RedisStreamSaver
+    from .core.codec import SCHEMA_VERSION
+    from .core.durability import DurabilityError, DurabilityMode
+    from .core.keys import DEFAULT_PREFIX
+    from .core.slicing import Replay
+    from .store.stores import AsyncRedisStreamStore, RedisStreamStore
+
+# name -> the module that defines it
+_LAZY = {
+    "AsyncRedisStreamSaver": ".checkpoint.aio",
+    "DEFAULT_MAX_PAYLOAD_BYTES": ".checkpoint.base",
+    "RedisStreamSaver": ".checkpoint.saver",
+    "SCHEMA_VERSION": ".core.codec",
+    "DurabilityError": ".core.durability",
+    "DurabilityMode": ".core.durability",
+    "DEFAULT_PREFIX": ".core.keys",
+    "Replay": ".core.slicing",
+    "AsyncRedisStreamStore": ".store.stores",
+    "RedisStreamStore": ".store.stores",
+}
 
 __all__ = [
     "DEFAULT_MAX_PAYLOAD_BYTES",
@@ -24,3 +51,16 @@ __all__ = [
 ]
 # the error names are listed once, where they are defined
 __all__ += errors.__all__
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'streamsaver' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -19,7 +19,7 @@ from ..core.config import MAX_OPTION, MAX_TTL_MS, bounded_int
 from ..core.delta import DeltaCache
 from ..core.durability import Durability, DurabilityMode
 from ..core.errors import InvalidInputError
-from ..core.keys import validate_prefix
+from ..core.keys import DEFAULT_PREFIX, validate_prefix
 from ..core.slicing import DEFAULT_SLICE_MS, DEFAULT_SLICE_PAUSE
 from ..lua import SOURCES
 from ..tailing import default_consumer_name
@@ -43,7 +43,6 @@ __all__ = [
     "require_client",
 ]
 
-DEFAULT_PREFIX = "streamsaver"
 DEFAULT_MAX_PAYLOAD_BYTES = 64 * 1024 * 1024
 DEFAULT_DELTA_CACHE_BYTES = 64 * 1024 * 1024
 

@@ -11,8 +11,8 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from ..checkpoint.base import DEFAULT_PREFIX
 from ..core.errors import InvalidInputError
+from ..core.keys import DEFAULT_PREFIX
 from . import audit, functions, maintain, projector, store, tail
 from .common import (
     EXIT_CODES,
@@ -119,7 +119,7 @@ def demo(url: Url = None, prefix: Prefix = DEFAULT_PREFIX) -> int:
 
     from .demo import run
 
-    return run(url, prefix, sys.stdout)
+    return run(need_url(url) if url else None, prefix, sys.stdout)
 
 
 class Role(str, Enum):
@@ -199,7 +199,7 @@ def doctor(
     """
     from .doctor import run
 
-    return run(target or need_url(url), prefix, as_json)
+    return run(need_url(target or url), prefix, as_json)
 
 
 def serve(
@@ -226,7 +226,7 @@ def serve(
         raise InvalidInputError(
             f"the web console is not installed ({exc}): pip install 'streamsaver[web]'"
         ) from None
-    web.serve(target or url, host=host, port=port, token=token, prefix=prefix)
+    web.serve(need_url(target or url), host=host, port=port, token=token, prefix=prefix)
     return 0
 
 

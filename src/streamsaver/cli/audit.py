@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.markup import escape
 
-from ..checkpoint.base import DEFAULT_PREFIX
 from ..core.config import check_text
 from ..core.errors import InvalidInputError
+from ..core.keys import DEFAULT_PREFIX
 from .common import Every, Json, Prefix, Url, add, group, need_url, require_threads
 
 if TYPE_CHECKING:

@@ -3,9 +3,11 @@ and the one boundary where an exception becomes one line on stderr and an exit c
 
 from __future__ import annotations
 
+import errno
 import functools
 import inspect
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -38,7 +40,7 @@ __all__ = [
     "require_threads",
 ]
 
-OK, PROBLEM, USAGE, NOT_FOUND, UNAVAILABLE, INTERRUPTED = 0, 1, 2, 3, 4, 130
+OK, PROBLEM, USAGE, NOT_FOUND, UNAVAILABLE, ADDRESS_IN_USE, INTERRUPTED = 0, 1, 2, 3, 4, 5, 130
 
 EXIT_CODES = f"""\
 exit codes:
@@ -48,6 +50,7 @@ exit codes:
      what the command reads (audit verify --file: not an export)
   {NOT_FOUND}  no such thread (history, tail, verify, audit show/verify)
   {UNAVAILABLE}  Redis cannot be reached: down, wrong password, TLS mismatch, timeout
+  {ADDRESS_IN_USE}  serve: another program listens on --host/--port already
   {INTERRUPTED}  interrupted (Ctrl-C)
 
 Add --debug before the command for a traceback instead of the one-line error."""
@@ -118,10 +121,33 @@ class Settings:
 SETTINGS = Settings()
 
 
+# what redis-py's from_url opens; "valkey://" is Valkey's own name for redis://
+_SCHEMES = ("redis://", "rediss://", "unix://", "valkey://", "valkeys://")
+# host[:port] as redis-cli's -h/-p take them: a name or IPv4 address, or an [IPv6] address
+_HOST_PORT = re.compile(r"(?:[A-Za-z0-9_.-]+|\[[0-9A-Fa-f:.]+\])(?::(?P<port>\d{1,5}))?")
+
+
 def need_url(url: str | None) -> str:
+    """The Redis URL a command talks to. ``host:port`` (or ``host``) is taken as redis-cli
+    takes ``-h``/``-p``: ``redis://host:port``; anything else without a scheme is refused in one
+    line, before a connection is tried."""
     if not url:
         raise InvalidInputError("no Redis to talk to: pass --url or set $REDIS_URL")
-    return url
+    lowered = url.lower()
+    if lowered.startswith(("valkey://", "valkeys://")):
+        return "redis" + url[len("valkey") :]
+    if lowered.startswith(_SCHEMES):
+        return url
+    bare = None if "://" in url else _HOST_PORT.fullmatch(url)
+    if bare:
+        port = bare.group("port")
+        if port and not 0 < int(port) < 65536:
+            raise InvalidInputError(f"{url!r}: the port must be 1-65535")
+        return "redis://" + url
+    raise InvalidInputError(
+        f"{url!r} is not a Redis URL: give redis://host:port/db (rediss:// for TLS, "
+        f"unix:///path/to/redis.sock), or host:port"
+    )
 
 
 def require_threads(saver: RedisStreamSaver, thread_ids: Sequence[str]) -> None:
@@ -178,6 +204,9 @@ def _failure(exc: Exception) -> tuple[int | None, str]:
 
     if isinstance(exc, ThreadNotFoundError):
         return NOT_FOUND, str(exc)
+    if isinstance(exc, OSError) and exc.errno in (errno.EADDRINUSE, errno.EADDRNOTAVAIL):
+        # only serve listens: the address it was given is taken or not this machine's
+        return ADDRESS_IN_USE, f"cannot listen there: {exc.strerror}; pick another --port or --host"
     if isinstance(exc, ServerUnavailableError | RedisConnectionError):
         return UNAVAILABLE, str(exc)
     if isinstance(exc, NoPermissionError):

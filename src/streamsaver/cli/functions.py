@@ -39,7 +39,7 @@ def load(target: Target = None, url: Url = None, as_json: Json = False) -> int:
     """
     from ..maintenance.functions import load_library
 
-    done = load_library(target or need_url(url))
+    done = load_library(need_url(target or url))
     if as_json:
         print(json.dumps(vars(done)))
         return 0

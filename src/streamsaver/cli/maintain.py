@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from ..checkpoint.base import DEFAULT_PREFIX
 from ..core.errors import InvalidInputError
+from ..core.keys import DEFAULT_PREFIX
 from ..core.slicing import DEFAULT_SLICE_MS, DEFAULT_SLICE_PAUSE
 from .common import Every, Json, Prefix, Url, add, need_url, require_threads
 

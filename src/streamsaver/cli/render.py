@@ -11,9 +11,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ..events import ThreadDeletion, ThreadEvent, ThreadInfo
-
 if TYPE_CHECKING:
+    from ..events import ThreadDeletion, ThreadEvent, ThreadInfo
     from ..maintenance.doctor import Check
 
 __all__ = [

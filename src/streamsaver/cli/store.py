@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.markup import escape
 
-from ..checkpoint.base import DEFAULT_PREFIX
 from ..core.errors import InvalidInputError
+from ..core.keys import DEFAULT_PREFIX
 from .common import Json, Prefix, Url, add, group, need_url
 
 if TYPE_CHECKING:

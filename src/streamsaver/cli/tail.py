@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import signal
 import sys
-from typing import Annotated
+from types import FrameType
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
 
-from ..checkpoint.base import DEFAULT_PREFIX
 from ..core.errors import InvalidInputError
-from ..events import SkippedEvent
-from ..tailing.shells import Tail, TailAll
-from .common import Json, Prefix, Url, add, need_url, require_threads
+from ..core.keys import DEFAULT_PREFIX
+from .common import INTERRUPTED, OK, Json, Prefix, Url, add, need_url, require_threads
+
+if TYPE_CHECKING:
+    from ..events import SkippedEvent
+    from ..tailing.shells import Tail
 
 __all__ = ["register"]
 
@@ -80,6 +83,7 @@ def tail(
     """
     from ..checkpoint.saver import RedisStreamSaver
     from ..core.replies import json_line
+    from ..tailing.shells import TailAll
     from .render import console, event_line
 
     url = need_url(url)
@@ -90,8 +94,10 @@ def tail(
     def skipped(item: SkippedEvent) -> None:
         print(f"streamsaver tail: skipped {item.stream} {item.id}: {item.reason}", file=sys.stderr)
 
-    # SIGTERM ends the tail like Ctrl-C: the connection is closed and the position printed
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    # SIGTERM (a service manager's stop) ends the tail as Ctrl-C does, the connection closed and
+    # the position printed, but as a clean stop: exit 0, where Ctrl-C exits 130 as documented
+    signal.signal(signal.SIGTERM, _terminate)
+    code = OK
     steps: dict[tuple[str, str, str], int] = {}
     out = console()
     with RedisStreamSaver.from_conn_string(url, prefix=prefix) as saver:
@@ -115,12 +121,22 @@ def tail(
                     else:
                         out.print(event_line(event, steps, every))
                         out.file.flush()
-        except KeyboardInterrupt:
+        except _Terminated:
             pass
+        except KeyboardInterrupt:
+            code = INTERRUPTED
         finally:
             if isinstance(reader, TailAll):
                 resume = f"'{reader.cursor.model_dump_json()}'"
             else:
                 resume = reader.position or start
             print(f"streamsaver tail: resume with --from {resume}", file=sys.stderr)
-    return 0
+    return code
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the tail waits, as Ctrl-C's KeyboardInterrupt is."""
+
+
+def _terminate(signum: int, frame: FrameType | None) -> None:
+    raise _Terminated

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 from uuid import UUID
 
-from langchain_core.runnables import RunnableConfig
-
 from .errors import InvalidConfigError, InvalidInputError
+
+if TYPE_CHECKING:  # langchain_core costs ~0.3 s to import; the command line's --help needs none
+    from langchain_core.runnables import RunnableConfig
 
 __all__ = [
     "MAX_OPTION",

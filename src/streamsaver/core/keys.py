@@ -22,6 +22,7 @@ from .errors import InvalidInputError
 from .slots import SLOTS, slot_tag
 
 __all__ = [
+    "DEFAULT_PREFIX",
     "STORE_BUCKETS",
     "StoreKeys",
     "ThreadKeys",
@@ -40,6 +41,8 @@ __all__ = [
     "validate_prefix",
     "verify_keys",
 ]
+
+DEFAULT_PREFIX = "streamsaver"
 
 # quote("") is "", and an empty hash tag "{}" would hash the whole key instead of the tag,
 # splitting the thread across slots. quote() never emits a lone "%", so it is free for "".

@@ -17,8 +17,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from langgraph.types import Send
-
 __all__ = [
     "NULL_TASK_ID",
     "RESUME",
@@ -101,6 +99,10 @@ def send_targets(values: Mapping[str, Any]) -> tuple[str, ...]:
     packets = values.get(TASKS)
     if not isinstance(packets, list) or not packets:
         return ()
+    # here, not at the top: langgraph.types costs ~1 s to import (langchain_core's tracers), and
+    # the command line reads events without it; a put that reaches this line has it loaded
+    from langgraph.types import Send
+
     return tuple(p.node if isinstance(p, Send) and _storable(p.node) else "" for p in packets)
 
 

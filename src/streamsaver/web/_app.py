@@ -20,8 +20,8 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp
 
 from ..checkpoint.aio import AsyncRedisStreamSaver
-from ..checkpoint.base import DEFAULT_PREFIX
 from ..core.errors import InvalidInputError, StreamSaverError
+from ..core.keys import DEFAULT_PREFIX
 from ._api import Api
 from ._auth import TokenGate
 from ._console import Console
@@ -135,6 +135,8 @@ def serve(
     """Run the console with uvicorn until interrupted. ``url``: default ``$REDIS_URL``;
     ``token``: default ``$STREAMSAVER_TOKEN``; the AES key of an ``EncryptedSerializer``, if
     any, from ``$LANGGRAPH_AES_KEY``."""
+    import socket
+
     import uvicorn
 
     url = url or os.environ.get("REDIS_URL")
@@ -146,6 +148,26 @@ def serve(
         prefix=prefix,
         key=os.environ.get("LANGGRAPH_AES_KEY") or None,
     )
-    # uvicorn at "warning" prints nothing on start: say where to look
-    print(f"streamsaver console on http://{host}:{port}/ (Ctrl+C stops it)", file=sys.stderr)
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    # both checked before the banner: a console that cannot listen, or whose Redis cannot be
+    # reached, would otherwise print where to look and then fail, or answer every page with 500
+    listening = socket.create_server((host, port), reuse_port=False)
+    try:
+        _reachable(url)
+        print(f"streamsaver console on http://{host}:{port}/ (Ctrl+C stops it)", file=sys.stderr)
+        # uvicorn at "warning" prints nothing on start: the banner above says where to look
+        server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+        server.run(sockets=[listening])
+    finally:
+        listening.close()
+
+
+def _reachable(url: str) -> None:
+    """PING ``url`` once, within the probe's connect timeout; a typed error if it cannot."""
+    import redis
+
+    from ..transport.clients import DEFAULT_CONNECT_TIMEOUT_S, client_options, probe_options
+    from ..transport.opening import connecting
+
+    options = client_options(DEFAULT_CONNECT_TIMEOUT_S, None, 0, sync=True)
+    with connecting(url), redis.Redis.from_url(url, **probe_options(options, sync=True)) as c:
+        c.ping()
