@@ -4,7 +4,7 @@ cluster its replica takes over (``CLUSTER FAILOVER TAKEOVER``, what an operator 
 primary is unreachable), on a standalone server the process is killed and started again on its
 data. The projector's client sets no socket timeout (``socket_timeout=None``): its own bounds
 must end each wait, it must carry on (its lag returns to 0), and ``stop()`` must end it
-wherever it waits."""
+wherever it waits. The servers are Redis, or Valkey with ``STREAMSAVER_TEST_SERVER=valkey``."""
 
 from __future__ import annotations
 
@@ -23,6 +23,8 @@ from redis.cluster import RedisCluster
 from streamsaver import RedisStreamSaver
 from streamsaver.embedded import EmbeddedCluster, EmbeddedRedis
 from streamsaver.projector import Projector
+
+from .conftest import _embedded_binary
 
 BOUND_S = 30.0  # generous: the point is that the lag returns to 0, not how fast
 # a client made without timeouts (redis-py's own default is 5 s)
@@ -100,7 +102,8 @@ def _thaw(server: EmbeddedRedis) -> None:
 def durable_server() -> Iterator[EmbeddedRedis]:
     """A server of the test's own, with AOF: one it may freeze, kill and start again on its
     data, as a supervisor restarts a primary that hung."""
-    with EmbeddedRedis(["--appendonly", "yes", "--appendfsync", "always"]) as server:
+    durable = ["--appendonly", "yes", "--appendfsync", "always"]
+    with EmbeddedRedis(durable, binary=_embedded_binary()) as server:
         try:
             yield server
         finally:
@@ -108,7 +111,7 @@ def durable_server() -> Iterator[EmbeddedRedis]:
 
 
 def test_the_projector_carries_on_after_its_primary_stalls_and_a_replica_takes_over() -> None:
-    with EmbeddedCluster(3, replicas=1) as cluster:
+    with EmbeddedCluster(3, replicas=1, binary=_embedded_binary()) as cluster:
         writer = RedisStreamSaver(RedisCluster.from_url(cluster.url, socket_timeout=2), prefix="f")
         reader = RedisStreamSaver(RedisCluster.from_url(cluster.url, socket_timeout=2), prefix="f")
         _put(writer, "t", 1)

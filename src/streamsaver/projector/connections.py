@@ -24,6 +24,7 @@ import redis.cluster
 from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster
 from redis.exceptions import (
+    AuthenticationError,
     ClusterDownError,
     ClusterError,
     MasterDownError,
@@ -58,7 +59,7 @@ def passing(exc: BaseException) -> bool:
     """Whether ``exc`` is the network or the cluster's layout failing for a while, which the
     projector waits out, rather than something waiting cannot mend (a refused password, a
     missing permission, a bug), which ends it."""
-    if isinstance(exc, (AuthenticationFailedError, TLSError)):
+    if isinstance(exc, (AuthenticationError, AuthenticationFailedError, TLSError)):
         return False  # a wrong password stays wrong
     return isinstance(exc, _PASSING) or lost_connection(exc) is not None
 
