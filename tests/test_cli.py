@@ -6,7 +6,6 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -104,29 +103,6 @@ def test_help_describes_every_command() -> None:
     assert out.returncode == 0
     for command in ("demo", "threads", "rebuild", "verify"):
         assert command in out.stdout
-
-
-def test_help_paragraphs_wrap_to_the_terminal() -> None:
-    """Typer's rich mode prints a help paragraph's newlines as they are: a docstring wrapped at
-    95 columns came out ragged in an 80-column terminal. Only indented lines (examples) keep
-    theirs."""
-    import click
-    import typer
-
-    from streamsaver.cli import app
-
-    def walk(command: click.Command, path: str) -> Iterator[tuple[str, str]]:
-        yield path, command.help or ""
-        for name, sub in getattr(command, "commands", {}).items():
-            yield from walk(sub, f"{path} {name}")
-
-    helps = dict(walk(typer.main.get_command(app), "streamsaver"))
-    assert {"streamsaver tail", "streamsaver store tail", "streamsaver projector run"} <= set(helps)
-    for path, text in helps.items():
-        for paragraph in text.split("\n\n"):
-            lines = paragraph.splitlines()
-            if not any(line.startswith(" ") for line in lines):
-                assert len(lines) <= 1, (path, paragraph)
 
 
 def test_docker_compose_agrees_with_the_code() -> None:

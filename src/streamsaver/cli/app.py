@@ -9,7 +9,6 @@ from enum import Enum
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 
 from ..core.errors import InvalidInputError
 from ..core.keys import DEFAULT_PREFIX
@@ -17,11 +16,13 @@ from . import audit, functions, maintain, projector, store, tail
 from .common import (
     EXIT_CODES,
     SETTINGS,
+    Group,
     Json,
     Prefix,
     ThreadNotFoundError,
     Url,
     add,
+    epilog,
     guarded,
     need_url,
     reflow,
@@ -89,12 +90,13 @@ def _root(
         warnings.formatwarning = lambda message, *_args, **_kw: f"{prog}: warning: {message}\n"
 
 
-def _app(help: str, epilog: str) -> typer.Typer:
+def _app(help: str, more: str) -> typer.Typer:
     return typer.Typer(
         help=reflow(help),
-        epilog=escape(epilog),
+        epilog=epilog(more),
         no_args_is_help=True,
-        rich_markup_mode="rich",
+        rich_markup_mode=None,
+        cls=Group,
         context_settings={"help_option_names": ["-h", "--help"]},
         callback=_root,
         pretty_exceptions_enable=False,
@@ -245,14 +247,14 @@ examples:
 
 app = _app("An event-sourced LangGraph checkpointer on Redis Streams.", _EXAMPLES + EXIT_CODES)
 add(app, "demo", demo)
-add(app, "doctor", doctor, epilog=escape(_DOCTOR_EPILOG))
+add(app, "doctor", doctor, epilog=epilog(_DOCTOR_EPILOG))
 maintain.register(app)
 tail.register(app)
 audit.register(app)
 app.add_typer(store.app)
 app.add_typer(projector.app)
 app.add_typer(functions.app)
-add(app, "acl", acl, epilog=escape(_ACL_EPILOG))
+add(app, "acl", acl, epilog=epilog(_ACL_EPILOG))
 add(app, "serve", serve)
 
 

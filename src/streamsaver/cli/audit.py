@@ -10,12 +10,11 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.markup import escape
 
 from ..core.config import check_text
 from ..core.errors import InvalidInputError
 from ..core.keys import DEFAULT_PREFIX
-from .common import Every, Json, Prefix, Url, add, group, need_url, require_threads
+from .common import Every, Json, Prefix, Url, add, epilog, group, need_url, require_threads
 
 if TYPE_CHECKING:
     from langgraph.checkpoint.serde.base import SerializerProtocol
@@ -26,7 +25,7 @@ if TYPE_CHECKING:
 __all__ = ["register"]
 
 _SHOW_EPILOG = """\
-one line per event (--json: one JSON object per line, the ThreadEvent fields):
+one line per event (--json: one ThreadEvent JSON object per line):
   <time UTC> <kind> ns=<namespace> step=<step> <who> <channel>=<value> ...
 
 who: a checkpoint's source (input, loop, update, fork), followed by "FORK of <parent>" when \
@@ -47,10 +46,10 @@ Decrypt = Annotated[
 
 
 def register(app: typer.Typer) -> None:
-    epilog = escape(_SHOW_EPILOG)
-    add(app, "history", show, epilog=epilog)
+    epilog_text = epilog(_SHOW_EPILOG)
+    add(app, "history", show, epilog=epilog_text)
     audit = group("audit", "A thread's audit trail: show it, export it, verify its digest chain.")
-    add(audit, "show", show, epilog=epilog)
+    add(audit, "show", show, epilog=epilog_text)
     add(audit, "export", export)
     add(audit, "verify", verify)
     app.add_typer(audit)

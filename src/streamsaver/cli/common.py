@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from typer import _click as click
+from typer.core import TyperCommand, TyperGroup
 
 from ..core.errors import (
     IntegrityError,
@@ -34,6 +36,7 @@ __all__ = [
     "ThreadNotFoundError",
     "Url",
     "add",
+    "epilog",
     "group",
     "guarded",
     "need_url",
@@ -46,8 +49,8 @@ EXIT_CODES = f"""\
 exit codes:
   {OK}  done, nothing wrong found
   {PROBLEM}  an integrity problem was found (verify, audit verify, rebuild, doctor)
-  {USAGE}  usage: a bad option, a missing --url, a file that cannot be read or is not
-     what the command reads (audit verify --file: not an export)
+  {USAGE}  usage: a bad option, a missing --url, a file that cannot be read or is
+     not what the command reads (audit verify --file: not an export)
   {NOT_FOUND}  no such thread (history, tail, verify, audit show/verify)
   {UNAVAILABLE}  Redis cannot be reached: down, wrong password, TLS mismatch, timeout
   {ADDRESS_IN_USE}  serve: another program listens on --host/--port already
@@ -73,25 +76,79 @@ class ThreadNotFoundError(StreamSaverError):
 
 
 def reflow(doc: str | None) -> str:
-    """A docstring as help that rich can wrap to the terminal: typer's rich mode keeps every
-    newline of a paragraph, so a docstring wrapped at 95 columns prints ragged. Paragraphs
-    with an indented line (examples, tables) keep their lines."""
-    paragraphs = inspect.cleandoc(doc or "").split("\n\n")
+    """A docstring as help click can wrap to the terminal (``epilog``)."""
+    return epilog(inspect.cleandoc(doc or ""))
+
+
+def epilog(text: str) -> str:
+    """Help text click wraps to the terminal, but for paragraphs with an indented line
+    (examples, tables), which keep their lines (click's ``\\b`` marker)."""
     return "\n\n".join(
-        p if any(line.startswith(" ") for line in p.splitlines()) else " ".join(p.split("\n"))
-        for p in paragraphs
+        verbatim(p) if any(line.startswith(" ") for line in p.splitlines()) else p
+        for p in text.strip("\n").split("\n\n")
     )
 
 
+def verbatim(text: str) -> str:
+    """Help printed with its lines as written (examples, the exit codes): click rewraps every
+    paragraph but one whose first line is ``\\b``."""
+    return "\n\n".join("\b\n" + p for p in text.strip("\n").split("\n\n"))
+
+
+# a value's placeholder as typer shows it: its Python type (<str>), or its choices (<a|b>)
+_TYPE_LABEL = re.compile(r" <([^<>]*)>$")
+
+
+class Command(TyperCommand):
+    """A command's help as an operator reads it, at any width: an option's value named for
+    what it is (``--url URL``, not ``<str>``), its choices as click shows them
+    (``[saver|reader]``), and arguments by name alone, bare in the usage line when required
+    (``tail THREAD_ID``, not ``{THREAD_ID}``). Markup is off: brackets print as written
+    (``pip install 'streamsaver[web]'``)."""
+
+    def collect_usage_pieces(self, ctx: click.Context) -> list[str]:
+        return [re.sub(r"^\{(.*)\}", r"\1", piece) for piece in super().collect_usage_pieces(ctx)]
+
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        arguments, options = [], []
+        for param in self.get_params(ctx):
+            record = param.get_help_record(ctx)
+            if record is None:
+                continue
+            name, text = record
+            if param.param_type_name == "argument":
+                arguments.append(((param.metavar or param.name or "").upper(), text))
+            else:
+                label = _TYPE_LABEL.search(name)
+                if label:
+                    shown = label[1] if "|" not in label[1] else f"[{label[1]}]"
+                    if "|" not in shown:
+                        shown = (param.name or "value").upper()
+                    name = name[: label.start()] + " " + shown
+                options.append((name, text))
+        for title, rows in (("Arguments", arguments), ("Options", options)):
+            if rows:
+                with formatter.section(title):
+                    formatter.write_dl(rows)
+
+
+class Group(TyperGroup):
+    """A command group whose usage line shows its arguments as ``Command`` does."""
+
+    def collect_usage_pieces(self, ctx: click.Context) -> list[str]:
+        return [re.sub(r"^\{(.*)\}", r"\1", piece) for piece in super().collect_usage_pieces(ctx)]
+
+
 def group(name: str, help: str, **options: Any) -> typer.Typer:
-    """A command group: help wrapped by rich, completion off (only the root offers it)."""
+    """A command group: help wrapped by click, completion off (only the root offers it)."""
     return typer.Typer(
         name=name,
         help=reflow(help),
         no_args_is_help=True,
         add_completion=False,
-        rich_markup_mode="rich",
+        rich_markup_mode=None,
         context_settings={"help_option_names": ["-h", "--help"]},
+        cls=Group,
         **options,
     )
 
@@ -107,7 +164,7 @@ def add(target: typer.Typer, name: str, function: Callable[..., int], **options:
             raise typer.Exit(code)
 
     options.setdefault("help", reflow(function.__doc__))
-    target.command(name, **options)(run)
+    target.command(name, cls=Command, **options)(run)
 
 
 @dataclass

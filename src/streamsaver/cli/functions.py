@@ -7,9 +7,8 @@ import json
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 
-from .common import Json, Url, add, group, need_url
+from .common import Json, Url, add, epilog, group, need_url
 
 __all__ = ["app"]
 
@@ -53,4 +52,4 @@ def load(target: Target = None, url: Url = None, as_json: Json = False) -> int:
     return 0
 
 
-add(app, "load", load, epilog=escape(_EPILOG))
+add(app, "load", load, epilog=epilog(_EPILOG))

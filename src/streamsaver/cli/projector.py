@@ -9,12 +9,11 @@ from types import FrameType
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.markup import escape
 
 from ..core.errors import InvalidInputError
 from ..core.keys import DEFAULT_PREFIX
 from . import maintain
-from .common import Json, Prefix, Url, add, group, need_url
+from .common import Json, Prefix, Url, add, epilog, group, need_url
 
 if TYPE_CHECKING:
     from ..checkpoint.saver import RedisStreamSaver
@@ -41,7 +40,7 @@ _LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
 def register(target: typer.Typer) -> None:
-    add(target, "run", run, epilog=escape(_RUN_EPILOG))
+    add(target, "run", run, epilog=epilog(_RUN_EPILOG))
     add(target, "status", status)
     maintain.register_replay(target)
 

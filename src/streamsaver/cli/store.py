@@ -9,11 +9,10 @@ from contextlib import ExitStack, contextmanager
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.markup import escape
 
 from ..core.errors import InvalidInputError
 from ..core.keys import DEFAULT_PREFIX
-from .common import Json, Prefix, Url, add, group, need_url
+from .common import Json, Prefix, Url, add, epilog, group, need_url
 
 if TYPE_CHECKING:
     from ..memory_events import MemoryEvent
@@ -22,8 +21,9 @@ if TYPE_CHECKING:
 __all__ = ["app"]
 
 _LINES = """\
-one line per event, oldest first (--json: one JSON object per line, the MemoryEvent fields):
-  <time UTC> <kind> <namespace> <key> [thread=... run=... node=...] [why=expired] <digests>
+oldest first, one line per event (--json: a MemoryEvent JSON object each):
+  <time UTC> <kind> <namespace> <key> [thread= run= node=] [why=expired]
+    <digests>
 
 kind: put, delete, touch (a read restarted the item's TTL); digests: the value's before and \
 after (sha1 of the serde's bytes, first 12 hex digits; '-' none); with --values, a put's \
@@ -157,8 +157,8 @@ def sweep(url: Url = None, prefix: Prefix = DEFAULT_PREFIX) -> int:
     return 0
 
 
-add(app, "history", history, epilog=escape(_LINES))
-add(app, "tail", tail, epilog=escape(_TAIL_EPILOG))
+add(app, "history", history, epilog=epilog(_LINES))
+add(app, "tail", tail, epilog=epilog(_TAIL_EPILOG))
 add(app, "rebuild", rebuild)
 add(app, "verify", verify)
 add(app, "sweep", sweep)

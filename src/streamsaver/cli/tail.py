@@ -8,11 +8,10 @@ from types import FrameType
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.markup import escape
 
 from ..core.errors import InvalidInputError
 from ..core.keys import DEFAULT_PREFIX
-from .common import INTERRUPTED, OK, Json, Prefix, Url, add, need_url, require_threads
+from .common import INTERRUPTED, OK, Json, Prefix, Url, add, epilog, need_url, require_threads
 
 if TYPE_CHECKING:
     from ..events import SkippedEvent
@@ -21,8 +20,8 @@ if TYPE_CHECKING:
 __all__ = ["register"]
 
 _EPILOG = """\
-output, one line per event (--json: one JSON object per line, the ThreadEvent fields):
-  <time UTC> [<thread>] <kind> ns=<namespace> step=<step> <node or task> <channels>
+output: one line per event (--json: one ThreadEvent JSON object per line)
+  <time UTC> [<thread>] <kind> ns=<ns> step=<step> <node or task> <channels>
 
 step: a checkpoint's metadata step; for writes, the step their task ran in (when this tail \
 saw their checkpoint). node or task: the graph node of a writes event; '<node> (Send #<i>)' \
@@ -36,7 +35,7 @@ new value for.
 
 examples:
   streamsaver tail my-thread               the thread's history so far
-  streamsaver tail my-thread --follow      ... then each new event, until Ctrl-C
+  streamsaver tail my-thread --follow      ... then each new one, until Ctrl-C
   streamsaver tail my-thread --from 1717000000000-3 --follow --json
   streamsaver tail --all --follow          every thread, new events only
   streamsaver tail --all --from '<cursor>' resume where an earlier run stopped
@@ -46,7 +45,7 @@ On exit the position to resume from is printed to stderr. Events that cannot be 
 
 
 def register(app: typer.Typer) -> None:
-    add(app, "tail", tail, epilog=escape(_EPILOG))
+    add(app, "tail", tail, epilog=epilog(_EPILOG))
 
 
 def tail(
