@@ -300,7 +300,7 @@ def test_the_command_line_shows_exports_and_verifies(
     out = tmp_path / "audit.jsonl"
     assert _cli("audit", "export", "--all", "--out", str(out), *where).returncode == 0
     ok = _cli("audit", "verify", "--file", str(out))  # no Redis given
-    assert ok.returncode == 0 and "verified 3 thread(s)" in ok.stdout, ok.stdout + ok.stderr
+    assert ok.returncode == 0 and "verified 3 threads" in ok.stdout, ok.stdout + ok.stderr
     records = out.read_text().splitlines()
     edited = json.loads(records[3])
     edited["fields"][0][1] = base64.b64encode(b"writes!").decode()

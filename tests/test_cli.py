@@ -63,7 +63,7 @@ def test_verify_finds_a_damaged_index_and_rebuild_repairs_it(
 
     fixed = _cli("rebuild", "--thread", "b{c}", "--prefix", prefix, url=redis_url)
     assert fixed.returncode == 0, fixed.stderr
-    assert "rebuilt 1 threads: 6 events applied, 0 skipped" in fixed.stdout
+    assert "rebuilt 1 thread: 6 events applied, 0 skipped" in fixed.stdout
     assert list(sync_saver.list({"configurable": {"thread_id": "b{c}"}})) == reads
     assert _cli("verify", "--all", "--prefix", prefix, url=redis_url).returncode == 0
 

@@ -14,6 +14,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from streamsaver import RedisStreamSaver
+from tests.test_cli import _fill
 from tests.test_cli_failures import COMMANDS, _one_line, _run
 from tests.test_security import _free_port
 
@@ -172,3 +174,31 @@ def test_tail_follow_ends_on_ctrl_c_with_130_and_its_position(redis_url: str) ->
         tail.kill()
     assert tail.returncode == 130, err
     assert "resume with --from" in err and "Traceback" not in err
+
+
+def test_one_shape_thread_ids_positional_counts_one_wording(
+    sync_saver: RedisStreamSaver, redis_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Thread ids are positional everywhere (verify and rebuild took only --thread, which
+    they still accept); a count prints as "1 thread" / "2 threads" in every command."""
+    _fill(sync_saver, ["one", "two"])
+    where = ("--url", redis_url, "--prefix", sync_saver.prefix)
+    for command, expected in (
+        (("verify", "one", *where), "verified 1 thread (6 events): 0 with differences"),
+        (("verify", "one", "two", *where), "verified 2 threads (12 events)"),
+        (("rebuild", "one", *where), "rebuilt 1 thread: 6 events applied"),
+        (("verify", "--thread", "one", *where), "verified 1 thread (6 events)"),
+        (("audit", "verify", "one", *where), "verified 1 thread: 0 broken"),
+    ):
+        code, out, err = _run(capsys, *command)
+        assert code == 0, (command, err)
+        assert expected in out, (command, out)
+        assert "(s)" not in out + err
+
+
+def test_a_url_where_a_command_takes_none_says_where_it_goes(
+    redis_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = _run(capsys, "threads", redis_url)
+    assert code == 2, err
+    assert f"give the server as --url {redis_url}" in err

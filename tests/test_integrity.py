@@ -350,12 +350,12 @@ def test_a_thread_whose_indexes_were_evicted_says_rebuild(
     for lost in ([keys.ix], [keys.ptr], [keys.ix, keys.ptr]):
         before = sync_saver.get_tuple(stored)
         redis_client.delete(*lost)
-        with pytest.raises(MissingIndexError, match="streamsaver rebuild --thread t"):
+        with pytest.raises(MissingIndexError, match="streamsaver rebuild t"):
             sync_saver.get_tuple(_config("t"))
-        with pytest.raises(MissingIndexError, match="streamsaver rebuild --thread t"):
+        with pytest.raises(MissingIndexError, match="streamsaver rebuild t"):
             list(sync_saver.list(_config("t")))
         if keys.ptr in lost:
-            with pytest.raises(MissingIndexError, match="streamsaver rebuild --thread t"):
+            with pytest.raises(MissingIndexError, match="streamsaver rebuild t"):
                 sync_saver.get_tuple(stored)
         else:
             assert sync_saver.get_tuple(stored) == before  # by id, ptr alone answers: whole

@@ -14,7 +14,19 @@ import typer
 from ..core.config import check_text
 from ..core.errors import InvalidInputError
 from ..core.keys import DEFAULT_PREFIX
-from .common import Every, Json, Prefix, Url, add, epilog, group, need_url, require_threads
+from .common import (
+    Every,
+    Json,
+    Prefix,
+    Url,
+    add,
+    epilog,
+    group,
+    need_url,
+    plural,
+    require_threads,
+)
+from .maintain import SliceMs, SlicePause
 
 if TYPE_CHECKING:
     from langgraph.checkpoint.serde.base import SerializerProtocol
@@ -78,6 +90,8 @@ def _threads(
     every: bool,
     *,
     known: bool = False,
+    slice_ms: float | None = None,
+    slice_pause: float | None = None,
 ) -> Iterator[tuple[RedisStreamSaver, list[str]]]:
     """A saver and the threads THREAD_ID or --all names (a deleted thread's too); ``known``:
     a THREAD_ID must have a log or a deletion record."""
@@ -89,7 +103,9 @@ def _threads(
         # before an export writes its header (or creates --out): bad input writes nothing
         check_text(thread_id, "THREAD_ID")
     serde = _serde(decrypt)
-    with RedisStreamSaver.from_conn_string(need_url(url), prefix=prefix, serde=serde) as saver:
+    with RedisStreamSaver.from_conn_string(
+        need_url(url), prefix=prefix, serde=serde, slice_ms=slice_ms, slice_pause=slice_pause
+    ) as saver:
         if known and thread_id is not None:
             require_threads(saver, [thread_id])
         yield saver, saver.thread_ids(deleted=True) if every else [str(thread_id)]
@@ -140,6 +156,8 @@ def verify(
     ] = None,
     as_json: Json = False,
     decrypt: Decrypt = False,
+    slice_ms: SliceMs = None,
+    slice_pause: SlicePause = None,
 ) -> int:
     """Check threads' references and digest chains; exits 1 on a reference that does not
     resolve or at the first altered, removed or moved event.
@@ -149,7 +167,8 @@ def verify(
     """
     if file is not None:
         return _verify_file(file, as_json, _serde(decrypt))
-    with _threads(url, prefix, decrypt, thread_id, every, known=True) as (saver, targets):
+    paced = {"slice_ms": slice_ms, "slice_pause": slice_pause}
+    with _threads(url, prefix, decrypt, thread_id, every, known=True, **paced) as (saver, targets):
         return _verify(saver, targets, as_json)
 
 
@@ -181,7 +200,7 @@ def _export(saver: RedisStreamSaver, targets: list[str], out: str) -> int:
     else:
         with open(out, "w", encoding="utf-8") as file:
             events = saver.export_audit(targets, file)
-    print(f"exported {len(targets)} thread(s), {events} event(s)", file=sys.stderr)
+    print(f"exported {plural(len(targets), 'thread')}, {plural(events, 'event')}", file=sys.stderr)
     return 0
 
 
@@ -200,7 +219,8 @@ def _verify(saver: RedisStreamSaver, targets: list[str], as_json: bool) -> int:
                 print(json.dumps(_chain_json(thread_id, check)))
                 continue
             if check.problem is None:
-                print(f"{thread_id!r}: {check.events} event(s), chain intact, head {check.head}")
+                events = plural(check.events, "event")
+                print(f"{thread_id!r}: {events}, chain intact, head {check.head}")
             else:
                 print(f"{thread_id!r}: BROKEN at {check.problem}")
             for line in check.references:
@@ -208,7 +228,7 @@ def _verify(saver: RedisStreamSaver, targets: list[str], as_json: bool) -> int:
             if check.unchecked:
                 print(f"{thread_id!r}: {check.unchecked}", file=sys.stderr)
     if not as_json:
-        print(f"verified {len(targets)} thread(s): {failed} broken")
+        print(f"verified {plural(len(targets), 'thread')}: {failed} broken")
     return 1 if failed else 0
 
 
@@ -237,6 +257,7 @@ def _verify_file(path: str, as_json: bool, serde: SerializerProtocol | None) -> 
         return 1 if failed else 0
     for report in reports:
         state = "intact" if report.problem is None else f"BROKEN: {report.problem}"
-        print(f"{report.thread_id!r}: {report.events} event(s), head {report.head}: {state}")
-    print(f"verified {len(reports)} thread(s) in {path}: {len(failed)} broken")
+        events = plural(report.events, "event")
+        print(f"{report.thread_id!r}: {events}, head {report.head}: {state}")
+    print(f"verified {plural(len(reports), 'thread')} in {path}: {len(failed)} broken")
     return 1 if failed else 0

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from typer import _click as click
+from typer._click.exceptions import UsageError
 from typer.core import TyperCommand, TyperGroup
 
 from ..core.errors import (
@@ -40,6 +41,7 @@ __all__ = [
     "group",
     "guarded",
     "need_url",
+    "plural",
     "require_threads",
 ]
 
@@ -108,6 +110,20 @@ class Command(TyperCommand):
 
     def collect_usage_pieces(self, ctx: click.Context) -> list[str]:
         return [re.sub(r"^\{(.*)\}", r"\1", piece) for piece in super().collect_usage_pieces(ctx)]
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        given = list(args)  # the parser consumes the list it is given
+        try:
+            return super().parse_args(ctx, args)
+        except UsageError as exc:
+            # `threads redis://...`: the URL where a command takes none (doctor, serve and
+            # functions load take it there too); say where it goes
+            stray = [a for a in given if "://" in a]
+            if stray and "unexpected extra argument" in str(exc):
+                raise UsageError(
+                    f"{stray[0]!r}: give the server as --url {stray[0]} (or set $REDIS_URL)", ctx
+                ) from None
+            raise
 
     def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         arguments, options = [], []
@@ -182,6 +198,11 @@ SETTINGS = Settings()
 _SCHEMES = ("redis://", "rediss://", "unix://", "valkey://", "valkeys://")
 # host[:port] as redis-cli's -h/-p take them: a name or IPv4 address, or an [IPv6] address
 _HOST_PORT = re.compile(r"(?:[A-Za-z0-9_.-]+|\[[0-9A-Fa-f:.]+\])(?::(?P<port>\d{1,5}))?")
+
+
+def plural(count: int, noun: str) -> str:
+    """``1 thread``, ``2 threads``: every count the commands print, worded one way."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def need_url(url: str | None) -> str:

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from .common import Json, Url, add, epilog, group, need_url
+from .common import Json, Url, add, epilog, group, need_url, plural
 
 __all__ = ["app"]
 
@@ -43,7 +43,7 @@ def load(target: Target = None, url: Url = None, as_json: Json = False) -> int:
         print(json.dumps(vars(done)))
         return 0
     print(
-        f"{done.library}: loaded on {len(done.loaded)} node(s)"
+        f"{done.library}: loaded on {plural(len(done.loaded), 'node')}"
         f"{' (' + ', '.join(done.loaded) + ')' if done.loaded else ''}, "
         f"already on {len(done.present)}"
     )

@@ -13,8 +13,7 @@ import typer
 
 from ..core.errors import InvalidInputError
 from ..core.keys import DEFAULT_PREFIX
-from ..core.slicing import DEFAULT_SLICE_MS, DEFAULT_SLICE_PAUSE
-from .common import Every, Json, Prefix, Url, add, need_url, require_threads
+from .common import Every, Json, Prefix, Url, add, need_url, plural, require_threads
 
 if TYPE_CHECKING:
     from ..checkpoint.saver import RedisStreamSaver
@@ -22,19 +21,26 @@ if TYPE_CHECKING:
 __all__ = ["register", "register_replay"]
 
 Threads = Annotated[
-    list[str] | None, typer.Option("--thread", metavar="ID", help="a thread id (repeatable)")
+    list[str] | None, typer.Argument(metavar="THREAD_ID", help="the threads (or --all)")
 ]
+# what rebuild and verify took before they took thread ids as every other command does
+OldThreads = Annotated[list[str] | None, typer.Option("--thread", metavar="ID", hidden=True)]
 SliceMs = Annotated[
-    float,
+    float | None,
     typer.Option(
-        help="ms of server time each slice may take: another tenant's call waits at most that"
+        help="ms of server time each slice may take: another tenant's call waits at most that "
+        "(unset, with --slice-pause unset too: 0.25 while other clients are served, growing to "
+        "2 while none is)",
+        show_default=False,
     ),
 ]
 SlicePause = Annotated[
-    float,
+    float | None,
     typer.Option(
         help="after each slice, wait this many times as long as it took (0: none); the "
-        "operation then holds the server at most 1/(1+pause) of the time"
+        "operation then holds the server at most 1/(1+pause) of the time (unset, with "
+        "--slice-ms unset too: 1 while other clients are served, 0 while none is)",
+        show_default=False,
     ),
 ]
 
@@ -95,13 +101,13 @@ def migrate_keys(url: Url = None, prefix: Prefix = DEFAULT_PREFIX) -> int:
         done = saver.migrate_keys()
     for old in done.conflicts:
         print(f"left {old}: its new name is taken (a writer ran before the migration)")
-    print(f"moved {done.moved} keys; indexed {done.indexed} threads")
+    print(f"moved {plural(done.moved, 'key')}; indexed {plural(done.indexed, 'thread')}")
     return 1 if done.conflicts else 0
 
 
 def _targets(saver: RedisStreamSaver, thread: list[str] | None, every: bool) -> list[str]:
     if every == bool(thread):
-        raise InvalidInputError("give --thread ID (repeatable) or --all, not both")
+        raise InvalidInputError("give THREAD_ID... or --all, not both")
     if every:
         # a deleted thread's log is rebuilt and verified too: it refuses its stale writers
         return saver.thread_ids(deleted=True)
@@ -121,25 +127,26 @@ SlicedRun = Callable[["RedisStreamSaver", "list[str] | None", bool, bool], int]
 
 
 def _sliced(replay: SlicedRun) -> Callable[..., int]:
-    """The command that runs ``replay`` (saver, --thread, --all, --json) on a saver whose
+    """The command that runs ``replay`` (saver, THREAD_ID..., --all, --json) on a saver whose
     replays take slices as --slice-ms and --slice-pause say: rebuild and verify take the same
     options, declared here once."""
 
     def command(
+        thread: Threads = None,
         url: Url = None,
         prefix: Prefix = DEFAULT_PREFIX,
-        thread: Threads = None,
+        old: OldThreads = None,
         every: Every = False,
         as_json: Json = False,
-        slice_ms: SliceMs = DEFAULT_SLICE_MS,
-        slice_pause: SlicePause = DEFAULT_SLICE_PAUSE,
+        slice_ms: SliceMs = None,
+        slice_pause: SlicePause = None,
     ) -> int:
         from ..checkpoint.saver import RedisStreamSaver
 
         with RedisStreamSaver.from_conn_string(
             need_url(url), prefix=prefix, slice_ms=slice_ms, slice_pause=slice_pause
         ) as saver:
-            return replay(saver, thread, every, as_json)
+            return replay(saver, [*(thread or ()), *(old or ())] or None, every, as_json)
 
     # not functools.wraps: typer would follow __wrapped__ to ``replay``'s parameters
     command.__name__, command.__doc__ = replay.__name__, replay.__doc__
@@ -183,7 +190,7 @@ def rebuild(saver: RedisStreamSaver, thread: list[str] | None, every: bool, as_j
         return code
     _per_thread(report.problems, "skipped ")
     print(
-        f"rebuilt {report.threads} threads: {report.applied} events applied, "
+        f"rebuilt {plural(report.threads, 'thread')}: {plural(report.applied, 'event')} applied, "
         f"{report.skipped} skipped (unknown kind, newer schema, malformed or "
         f"referencing what is not stored)"
     )
@@ -214,7 +221,7 @@ def verify(saver: RedisStreamSaver, thread: list[str] | None, every: bool, as_js
         return code
     _per_thread(report.differences)
     print(
-        f"verified {report.threads} threads ({report.applied} events): "
+        f"verified {plural(report.threads, 'thread')} ({plural(report.applied, 'event')}): "
         f"{len(report.differences)} with differences"
     )
     return code

@@ -11,6 +11,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from .common import plural
+
 if TYPE_CHECKING:
     from ..events import ThreadDeletion, ThreadEvent, ThreadInfo
     from ..maintenance.doctor import Check
@@ -80,12 +82,13 @@ def event_line(event: ThreadEvent, steps: Steps, every: bool, values: bool = Fal
         shown = list(event.writes)
     elif event.kind == "pruned" and event.pruned is not None:
         p = event.pruned
-        who = f"pruned {p.count} event(s) {p.first_id}..{p.last_id}"
+        who = f"pruned {plural(p.count, 'event')} {p.first_id}..{p.last_id}"
     elif event.kind == "thread_deleted" and event.thread_deleted is not None:
         d = event.thread_deleted
-        who = f"thread deleted: {d.count} event(s), last {d.last_id}"
+        who = f"thread deleted: {plural(d.count, 'event')}, last {d.last_id}"
     else:
-        who = f"deleted {len(event.deleted)} checkpoint(s) of run(s) {','.join(event.runs)}"
+        runs = "run" if len(event.runs) == 1 else "runs"
+        who = f"deleted {plural(len(event.deleted), 'checkpoint')} of {runs} {','.join(event.runs)}"
     line = Text(_when(event), style="dim")
     if every:
         line.append(" " + repr(event.thread_id), style="bold")
@@ -103,7 +106,8 @@ def deletion_line(deletion: ThreadDeletion) -> Text:
     line = Text(_when(deletion), style="dim")
     line.append(" thread_deleted", style="red")
     line.append(
-        f" {deletion.events} event(s), last {deletion.last_id} digest {deletion.head or '-'}"
+        f" {plural(deletion.events, 'event')}, last {deletion.last_id}"
+        f" digest {deletion.head or '-'}"
     )
     return line
 

@@ -262,7 +262,7 @@ class DataLostError(CorruptIndexError):
 
 class MissingIndexError(IntegrityError):
     """The thread's log is there but its indexes are gone (evicted or deleted by hand):
-    ``streamsaver rebuild --thread <id>`` (or ``saver.rebuild``) restores them from the log."""
+    ``streamsaver rebuild <id>`` (or ``saver.rebuild``) restores them from the log."""
 
 
 class MissingValueError(IntegrityError):
@@ -355,7 +355,7 @@ def _integrity(marker: str, payload: list[str]) -> Exception | None:
         thread = _thread_of(log)
         return MissingIndexError(
             f"thread {thread!r} has its event log but its indexes are missing (evicted, or "
-            f"deleted outside streamsaver); run `streamsaver rebuild --thread "
+            f"deleted outside streamsaver); run `streamsaver rebuild "
             f"{shlex.quote(thread)}` (or saver.rebuild({thread!r})) to restore them from the log"
         )
     if marker == "LOST":
@@ -376,7 +376,7 @@ def translate(exc: ResponseError) -> Exception:
             # names that are not UTF-8 (a hand-written log): say what happened without them
             typed = IntegrityError(
                 f"stored data is incomplete or missing ({found[1].lower()}: {found[2][:200]}); "
-                f"run `streamsaver verify --thread <id>` to see what"
+                f"run `streamsaver verify <id>` to see what"
             )
         if typed is not None:
             return typed
@@ -391,7 +391,7 @@ def translate(exc: ResponseError) -> Exception:
     if _CORRUPT in message:
         detail = message.split(_CORRUPT, 1)[1].strip()
         return CorruptIndexError(
-            f"{detail}; run `streamsaver rebuild --thread <id>` (or saver.rebuild(thread_id)) "
+            f"{detail}; run `streamsaver rebuild <id>` (or saver.rebuild(thread_id)) "
             f"to re-project the thread from its log"
         )
     return exc

@@ -141,7 +141,7 @@ def serve(
 
     url = url or os.environ.get("REDIS_URL")
     if not url:
-        raise InvalidInputError("no Redis to read: pass a URL or set $REDIS_URL")
+        raise InvalidInputError("no Redis to talk to: pass a URL or set $REDIS_URL")
     app: ASGIApp = create_app(
         url,
         token=token or os.environ.get(TOKEN_ENV) or None,
