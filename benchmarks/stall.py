@@ -20,6 +20,14 @@ verified; and a ``--keep-last`` saver writing ``--keep-steps`` such steps of
 Redis runs one script at a time: an operation that is one script over the whole thread (or
 bucket) holds every tenant for as long as it runs.
 
+Before the other tenant starts, when ``verify`` or ``verify_chain`` is chosen, the thread is
+checked on the idle server with the default pace (which adapts: no pause and slices growing to a
+few ms while no other client is served), with the fixed pace (``slice_ms=0.25``,
+``slice_pause=1``), and by one script over the whole thread, the raw floor of a check (for
+``verify_chain``: one read of the whole log and one references script); each as a multiple of
+the floor. The table after it shows the other tenant's p99 against its idle p99 while each
+check runs with that tenant calling, the default pace and (``verify, fixed pace``) the fixed.
+
 Run it once per implementation to compare (the sources first on PYTHONPATH are the ones
 measured), e.g. ``PYTHONPATH=/work/main/src`` (one big script) against this tree's ``src``.
 ``--check`` then compares the sliced rebuild's indexes with one replay script's (blocking).
@@ -29,6 +37,7 @@ Without --url it starts a throwaway redis-server.
 from __future__ import annotations
 
 import hashlib
+import math
 import multiprocessing as mp
 import os
 import statistics
@@ -45,7 +54,7 @@ from langgraph.checkpoint.base.id import uuid6
 import streamsaver
 from streamsaver import RedisStreamSaver, RedisStreamStore
 from streamsaver.core.flow import Eval
-from streamsaver.core.keys import store_bucket, store_keys
+from streamsaver.core.keys import scratch_keys, store_bucket, store_keys
 from streamsaver.store.slices import store_slices
 
 from . import script
@@ -133,6 +142,7 @@ OPERATIONS: dict[str, tuple[str, Callable[[RedisStreamSaver], object]]] = {
     "rebuild": ("rebuild", lambda tenant: tenant.rebuild(BIG)),
     "verify": ("verify", lambda tenant: tenant.verify(BIG)),
     "verify_chain": ("audit verify_chain", lambda tenant: tenant.verify_chain(BIG)),
+    "verify_fixed": ("verify, fixed pace", lambda tenant: _fixed(tenant).verify(BIG)),
     "copy_thread": ("copy_thread", lambda tenant: tenant.copy_thread(BIG, COPY)),
     "delete_for_runs": ("delete_for_runs", lambda tenant: tenant.delete_for_runs(["gone"])),
     "seed": ("projector keys (rebuild --all)", lambda tenant: tenant.seed_projections()),
@@ -156,6 +166,74 @@ OPERATIONS: dict[str, tuple[str, Callable[[RedisStreamSaver], object]]] = {
 STORE_OPERATIONS = ("store_rebuild", "store_verify")
 # what the conversation (fill_conversation) is filled for; keep_last writes its own
 CONVERSATION_OPERATIONS = ("prune_conversation", "verify_pruned", "verify_chain_pruned")
+
+
+def _fixed(tenant: RedisStreamSaver) -> RedisStreamSaver:
+    """The tenant's saver with the pace fixed at the defaults (given, so it does not adapt)."""
+    return RedisStreamSaver(tenant.client, prefix=tenant.prefix, slice_ms=0.25, slice_pause=1.0)
+
+
+def floor_verify(tenant: RedisStreamSaver, mode: str = "") -> None:
+    """One verify script over the whole thread (``refs``: its references only)."""
+    keys = tenant._ops.keys(BIG)
+    tenant._execute(Eval("verify", (*keys, *scratch_keys(keys)), (mode,)))
+
+
+def floor_chain(tenant: RedisStreamSaver) -> None:
+    """verify_chain's work in one read of the whole log and one references script."""
+    cast(Any, tenant.client).xrange(tenant._ops.keys(BIG).log)
+    floor_verify(tenant, "refs")
+
+
+# the checks timed on the idle server: (label, the default pace's run, the fixed pace's, the floor)
+IDLE_CHECKS: dict[str, tuple[Callable[[RedisStreamSaver], object], ...]] = {
+    "verify": (
+        lambda tenant: tenant.verify(BIG),
+        lambda tenant: _fixed(tenant).verify(BIG),
+        floor_verify,
+    ),
+    "verify_chain": (
+        lambda tenant: tenant.verify_chain(BIG),
+        lambda tenant: _fixed(tenant).verify_chain(BIG),
+        floor_chain,
+    ),
+}
+
+
+IDLE_REPEATS = 3
+
+
+def idle_checks(tenant: RedisStreamSaver, chosen: set[str], events: int) -> None:
+    """Each chosen check, timed on the idle server (no other client yet), against the floor."""
+    rows: list[tuple[str, float, float, float]] = []
+    for name, runs in IDLE_CHECKS.items():
+        if name not in chosen:
+            continue
+        took = []
+        for run in runs:
+            # the best of a few: the machine's other work only ever adds to a run
+            best = math.inf
+            for _ in range(IDLE_REPEATS):
+                t0 = time.perf_counter()
+                run(tenant)
+                best = min(best, time.perf_counter() - t0)
+            took.append(best)
+        rows.append((name, took[0], took[1], took[2]))
+    if not rows:
+        return
+    print(
+        f"idle server, {events} events: the check's time (best of {IDLE_REPEATS}), and as a "
+        f"multiple of one script"
+    )
+    print(f"| {'check':<13} | {'default s':>9} | {'fixed s':>9} | {'one script s':>12} "
+          f"| default / floor | fixed / floor |")  # fmt: skip
+    print(f"|{'-' * 15}|{'-' * 11}|{'-' * 11}|{'-' * 14}|-----------------|---------------|")
+    for name, adaptive, fixed, floor in rows:
+        print(
+            f"| {name:<13} | {adaptive:>9.3f} | {fixed:>9.3f} | {floor:>12.3f} "
+            f"| {adaptive / floor:>15.2f} | {fixed / floor:>13.2f} |"
+        )
+    print()
 
 
 def _store(tenant: RedisStreamSaver) -> RedisStreamStore:
@@ -341,6 +419,8 @@ def main(argv: list[str] | None = None) -> int:
             converse(tenant, CONVERSATION, SIZES.steps, SIZES.message_bytes)
         print(f"filled in {time.perf_counter() - started:.1f} s", file=sys.stderr)
 
+        if args.slice_pause is None and args.slice_ms is None:
+            idle_checks(tenant, chosen, args.events)
         if args.slice_ms is not None:
             tenant._ops.slice_ms = args.slice_ms  # type: ignore[attr-defined, unused-ignore]
         if args.slice_pause is not None:

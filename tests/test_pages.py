@@ -55,6 +55,9 @@ def test_a_long_read_of_a_log_comes_in_pages_of_one_slice(
     sync_saver: RedisStreamSaver, redis_client: redis.Redis, operation: str
 ) -> None:
     events = wide_thread(sync_saver, "wide", 150)
+    # the fixed pace, as a given slice_ms gives (the adaptive one's budget grows on an idle
+    # server: tests/test_adaptive_pace.py)
+    sync_saver._ops.pace_adapts = False
     seen = recording(sync_saver)
     if operation == "copy_thread":
         sync_saver.copy_thread("wide", "copy")
@@ -83,6 +86,7 @@ def test_the_pages_of_a_long_operation_are_paced_like_its_slices(
     sync_saver: RedisStreamSaver,
 ) -> None:
     wide_thread(sync_saver, "wide", 60)
+    sync_saver._ops.pace_adapts = False
     steps: list[Any] = []
     original = sync_saver._execute
 

@@ -125,7 +125,9 @@ _MOST_PAUSE = 1000
 
 
 def _check_slices(slice_ms: object, slice_pause: object) -> tuple[float, float]:
-    budget, pause = _number(slice_ms), _number(slice_pause)
+    """The slices' budget and pace; one left None takes its default (core/slicing.py)."""
+    budget = DEFAULT_SLICE_MS if slice_ms is None else _number(slice_ms)
+    pause = DEFAULT_SLICE_PAUSE if slice_pause is None else _number(slice_pause)
     if budget is None or not 0 < budget <= MAX_OPTION:
         raise InvalidInputError(
             f"slice_ms={slice_ms!r}: give a number of ms > 0 and <= {MAX_OPTION}, the server "
@@ -177,8 +179,8 @@ class StreamSaverBase(BaseCheckpointSaver[str], Generic[ClientT]):
         allow_eviction: bool = False,
         reuse_items: bool = False,
         slot_move_timeout_s: float = DEFAULT_SLOT_MOVE_TIMEOUT_S,
-        slice_ms: float = DEFAULT_SLICE_MS,
-        slice_pause: float = DEFAULT_SLICE_PAUSE,
+        slice_ms: float | None = None,
+        slice_pause: float | None = None,
     ) -> None:
         require_client(client, self._client_types, *self._client_text)
         if serde is not None:
@@ -220,6 +222,9 @@ class StreamSaverBase(BaseCheckpointSaver[str], Generic[ClientT]):
         self.chain = chain
         # long operations' slices (Operations.slice_ms, slice_pause)
         self.slice_ms, self.slice_pause = _check_slices(slice_ms, slice_pause)
+        # neither given: the pace adapts to other clients (core.flow.Pace); either given, both
+        # are fixed, the other at its default
+        self.pace_adapts = slice_ms is None and slice_pause is None
         self._projections = Projections(self.prefix)
         self._ops = self._operations()
         # how scripts reach the server, and whether the user may only read (transport/core.py)
@@ -242,6 +247,7 @@ class StreamSaverBase(BaseCheckpointSaver[str], Generic[ClientT]):
         ops.keep_last = self.keep_last or 0
         ops.chain = self.chain
         ops.slice_ms, ops.slice_pause = self.slice_ms, self.slice_pause
+        ops.pace_adapts = self.pace_adapts
         ops.allow_eviction = self.allow_eviction
         ops.projections = self._projections
         return ops

@@ -43,8 +43,8 @@ class SaverOptions(TypedDict, total=False):
     chain: bool
     allow_eviction: bool
     reuse_items: bool
-    slice_ms: float
-    slice_pause: float
+    slice_ms: float | None
+    slice_pause: float | None
 
 
 class _ReadOptions(TypedDict, total=False):

@@ -12,7 +12,7 @@ from redis.exceptions import NoPermissionError
 
 from ..core.config import thread_id_str
 from ..core.feeds import audit_of_log, threads_key
-from ..core.flow import Call, Each, Emit, Entry, Eval, Flow, Items, Pace
+from ..core.flow import Call, Each, Emit, Entry, Eval, Flow, Items
 from ..core.keys import ThreadKeys, rebuild_keys, scratch_keys, verify_keys
 from ..core.pages import LogPages
 from ..core.replies import as_text
@@ -42,11 +42,11 @@ class Replaying(State):
         done: dict[int, Replay] = {}
         cursors = [""] * len(keys)
         totals = [Replay(0, 0, []) for _ in keys]
-        restarts, pace = [0] * len(keys), Pace(self.slice_pause)
+        restarts, pace = [0] * len(keys), self._pace()
         width = round_width(self.slice_ms)
         while len(done) < len(keys):
             pending = [i for i in range(len(keys)) if i not in done][:width]
-            budget = f"{self.slice_ms / len(pending):g}"
+            budget = f"{pace.ms / len(pending):g}"
             replies = yield from self._slice(
                 Each(
                     tuple(
@@ -135,12 +135,12 @@ class Replaying(State):
         """verify.lua's work in slices, each at most ``slice_events`` units of work or
         ``slice_ms`` of server time; a refusal comes back as a value."""
         token, start, restarts = secrets.token_hex(8), True, 0
-        pace = Pace(self.slice_pause)
+        pace = self._pace()
         applied = skipped = 0
         refs: list[str] = []
         diffs: set[str] = set()
         while restarts <= SLICE_RESTARTS:
-            args = (mode, token, "start" if start else "", self.slice_events, f"{self.slice_ms:g}")
+            args = (mode, token, "start" if start else "", self.slice_events, f"{pace.ms:g}")
             op = Eval("verify_slice", (*keys, *verify_keys(keys)), args)
             (reply,) = yield from self._slice(Each((op,)), pace)
             if isinstance(reply, Exception):
@@ -169,7 +169,7 @@ class Replaying(State):
         """A thread's whole log, one page of XRANGE at a time: any length streams through in
         constant memory. A log rewritten between pages raises ``LogRewrittenError``."""
         log = self.keys(thread_id_str(thread_id, "thread_id")).log
-        pages = LogPages(log, self.slice_ms, Pace(self.slice_pause), one_version=True)
+        pages = LogPages(log, self.slice_ms, self._pace(), one_version=True)
         while page := (yield from pages.next()):
             for entry_id, fields in page:
                 yield Emit((as_text(entry_id), [(_b(k), _b(v)) for k, v in fields.items()]))
@@ -178,7 +178,7 @@ class Replaying(State):
         """The records of this thread's deletions, from the audit stream of its slot."""
         thread = thread_id_str(thread_id, "thread_id").encode()
         key = audit_of_log(self.prefix, self.keys(thread_id).log)
-        pages = LogPages(key, self.slice_ms, Pace(self.slice_pause))
+        pages = LogPages(key, self.slice_ms, self._pace())
         while page := (yield from pages.next()):
             for entry_id, fields in page:
                 if _b(fields.get(b"thread", b"")) == thread:

@@ -78,6 +78,9 @@ class State:
     # last pause, its own Python included (core.flow.Pace): it then holds the server, and on a
     # small machine a core, at most 1 / (1 + slice_pause) of the time
     slice_pause: float = DEFAULT_SLICE_PAUSE
+    # neither was given (the saver's slice_ms and slice_pause left None): the pace adapts to
+    # whether other clients are being served (core.flow.Pace)
+    pace_adapts: bool = True
     # accept a server whose maxmemory-policy may evict the saver's keys (see setup)
     allow_eviction: bool = False
     # ask CONFIG GET for RDB save points (the shells say no for a named ACL user:
@@ -109,11 +112,17 @@ class State:
     def keys(self, thread_id: str) -> ThreadKeys:
         return thread_keys(self.prefix, thread_id)
 
+    def _pace(self) -> Pace:
+        """A long operation's pace: adaptive unless slice_ms or slice_pause was given (or set
+        since), or on a cluster, where no one server's INFO speaks for every slice's node."""
+        cluster = self.projections is not None and self.projections.cluster
+        given = (self.slice_ms, self.slice_pause) != (DEFAULT_SLICE_MS, DEFAULT_SLICE_PAUSE)
+        adapts = self.pace_adapts and not given and not cluster
+        return Pace(self.slice_pause, self.slice_ms, adapts=adapts)
+
     def _slice(self, op: Eval | Each, pace: Pace) -> Flow[Any]:
         """One slice of a long operation, then ``pace``'s pause."""
-        reply = yield op
-        yield from pace.rest()
-        return reply
+        return (yield from pace.run(op))
 
     def _threads_for(self, query: tuple[Field, ...]) -> Flow[list[str]]:
         """The threads a cross-thread read looks at, sorted: the projector's candidates

@@ -173,12 +173,13 @@ def verify(
 
 
 def _show(saver: RedisStreamSaver, thread_id: str, as_json: bool) -> int:
+    from ..audit.steps import StepMemory
     from ..core.replies import json_line
     from ..events import SkippedEvent
     from .render import console, deletion_line, event_line
 
     out = console()
-    steps: dict[tuple[str, str, str], int] = {}
+    steps = StepMemory()
     for deletion in saver.deletions(thread_id):
         if as_json:
             print(json_line({"kind": "thread_deleted", **deletion.model_dump(mode="json")}))
@@ -188,7 +189,8 @@ def _show(saver: RedisStreamSaver, thread_id: str, as_json: bool) -> int:
         if isinstance(event, SkippedEvent):
             print(f"skipped {event.id}: {event.reason}", file=sys.stderr)
         elif as_json:
-            print(json_line(event.model_dump()))
+            # writes' step as the text line shows it (audit.steps)
+            print(json_line({**event.model_dump(), "step": steps.step(event)}))
         else:
             out.print(event_line(event, steps, False, values=True))
     return 0

@@ -14,6 +14,7 @@ from rich.text import Text
 from .common import plural
 
 if TYPE_CHECKING:
+    from ..audit.steps import StepMemory
     from ..events import ThreadDeletion, ThreadEvent, ThreadInfo
     from ..maintenance.doctor import Check
 
@@ -43,9 +44,6 @@ def console(stderr: bool = False) -> Console:
     return _Console(stderr=stderr, soft_wrap=True, highlight=False, markup=False, emoji=False)
 
 
-Steps = dict[tuple[str, str, str], int]
-
-
 def short(value: object, width: int = 40) -> str:
     """A value in at most ``width`` characters, on one line."""
     text = " ".join(repr(value).split())
@@ -56,16 +54,13 @@ def _when(event: ThreadEvent | ThreadDeletion) -> str:
     return event.timestamp.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
-def event_line(event: ThreadEvent, steps: Steps, every: bool, values: bool = False) -> Text:
+def event_line(event: ThreadEvent, steps: StepMemory, every: bool, values: bool = False) -> Text:
     """``<time> [<thread>] <kind> ns=<ns> step=<step> <who> <channels>``; with ``values``,
-    each channel shows a short rendering of its value. ``steps`` remembers checkpoint steps,
-    so writes show the step their task ran in."""
-    key = (event.thread_id, event.checkpoint_ns, event.checkpoint_id or "")
-    step: int | None = event.step
+    each channel shows a short rendering of its value. ``steps``: the reader's, so writes show
+    their checkpoint's step (audit.steps)."""
+    step = steps.step(event)
     shown: list[tuple[str, object]] = []
     if event.kind == "checkpoint":
-        if step is not None:
-            steps[key] = step
         who = str((event.metadata or {}).get("source", "-"))
         if event.fork:
             who += f" FORK of {event.parent_checkpoint_id}"
@@ -76,8 +71,6 @@ def event_line(event: ThreadEvent, steps: Steps, every: bool, values: bool = Fal
             for channel, value in (event.values or {}).items()
         ]
     elif event.kind == "writes":
-        seen = steps.get(key)
-        step = None if seen is None else seen + 1
         who = event.task or event.task_id or "-"
         shown = list(event.writes)
     elif event.kind == "pruned" and event.pruned is not None:

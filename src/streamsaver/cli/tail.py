@@ -23,8 +23,8 @@ _EPILOG = """\
 output: one line per event (--json: one ThreadEvent JSON object per line)
   <time UTC> [<thread>] <kind> ns=<ns> step=<step> <node or task> <channels>
 
-step: a checkpoint's metadata step; for writes, the step their task ran in (when this tail \
-saw their checkpoint). node or task: the graph node of a writes event; '<node> (Send #<i>)' \
+step: a checkpoint's metadata step; for writes, the step of the checkpoint their task ran \
+from ('-' until this tail has seen it), here, in --json and in the console alike. node or task: the graph node of a writes event; '<node> (Send #<i>)' \
 for the step's i-th Send (e.g. a tool call; 'Send #<i>' when its node is unknown); \
 '<caller> call #<i>' for a functional-API task call; '<task> error handler' for the handler \
 of a failed task's error; 'resume' for the answer of \
@@ -80,6 +80,7 @@ def tail(
     The events of one thread (THREAD_ID) or of every thread under the prefix (--all), one
     line each, in order within each thread.
     """
+    from ..audit.steps import StepMemory
     from ..checkpoint.saver import RedisStreamSaver
     from ..core.replies import json_line
     from ..tailing.shells import TailAll
@@ -97,7 +98,7 @@ def tail(
     # the position printed, but as a clean stop: exit 0, where Ctrl-C exits 130 as documented
     signal.signal(signal.SIGTERM, _terminate)
     code = OK
-    steps: dict[tuple[str, str, str], int] = {}
+    steps = StepMemory()
     out = console()
     with RedisStreamSaver.from_conn_string(url, prefix=prefix) as saver:
         reader: Tail | TailAll
@@ -116,7 +117,9 @@ def tail(
             with reader:
                 for event in reader:
                     if as_json:
-                        print(json_line(event.model_dump()), flush=True)
+                        # writes' step as the text line shows it (audit.steps)
+                        record = {**event.model_dump(), "step": steps.step(event)}
+                        print(json_line(record), flush=True)
                     else:
                         out.print(event_line(event, steps, every))
                         out.file.flush()

@@ -8,6 +8,7 @@ transport.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import (
     AsyncIterator,
@@ -24,6 +25,7 @@ from typing import Any, Generic, TypeVar
 from langgraph.checkpoint.base import CheckpointTuple
 
 from .fields import Field
+from .slicing import DEFAULT_SLICE_MS, MOST_SLICE_MS, QUIET_S
 
 T = TypeVar("T")
 E = TypeVar("E")
@@ -78,22 +80,146 @@ class Pause:
 # network), not busy
 _BUSY_MOST_S = 0.05
 
+# An adaptive pace's probe: INFO's count of the commands the server has run (every role may run
+# INFO: acl.py). It is read right after each slice, in the slice's own pipeline (Redis runs one
+# client's pipeline through before it reads another's), and again just before the next: the
+# operation sends nothing in between, so whatever the count gained there, but the first read
+# itself, other clients ran. It says that someone was served, never who, which tenant or what:
+# nothing past a tenant's wall (DESIGN.md, principle 13), and no command a role lacks.
+PROBE = Call(("INFO", "stats"))
+_COUNT = "total_commands_processed"
+
+
+def commands_run(reply: object) -> int | None:
+    """The server's count of commands run, from a ``PROBE``'s reply (redis-py's dict, or the
+    raw text); None for an error (INFO refused or renamed) or a reply without it."""
+    if isinstance(reply, dict):
+        found = reply.get(_COUNT)
+        return found if isinstance(found, int) else None
+    if isinstance(reply, bytes | str):
+        text = reply.decode(errors="replace") if isinstance(reply, bytes) else reply
+        at = text.find(_COUNT + ":")
+        if at >= 0:
+            digits = text[at + len(_COUNT) + 1 :].split("\r", 1)[0].split("\n", 1)[0]
+            return int(digits) if digits.strip().isdigit() else None
+    return None
+
 
 class Pace:
-    """A long operation's pace (``Operations.slice_pause``): after each slice, a pause
-    ``ratio`` times as long as the operation was busy since the last pause ended, its round
-    trips and its own Python alike. So it holds the server, and on a small machine a core, at
-    most 1 / (1 + ratio) of the time: a copy's client decodes and encodes every event between
-    its slices, and on two cores that work, not the server's, kept another tenant waiting.
-    One per run of an operation: it is that run's clock."""
+    """A long operation's pace (``Operations.slice_ms``, ``slice_pause``), one per run of an
+    operation: it is that run's clock.
 
-    def __init__(self, ratio: float) -> None:
-        self.ratio, self.since = ratio, time.perf_counter()
+    Fixed (``adapts`` False: the caller gave ``slice_ms`` or ``slice_pause``, or a cluster,
+    where no one INFO speaks for every slice's node): slices of ``ms``, each followed by a
+    pause ``ratio`` times as long as the operation was busy since the last pause ended, its
+    round trips and its own Python alike. So it holds the server, and on a small machine a
+    core, at most 1 / (1 + ratio) of the time: a copy's client decodes and encodes every event
+    between its slices, and on two cores that work, not the server's, kept another tenant
+    waiting.
 
-    def rest(self) -> Generator[Pause, Any, None]:
-        if self.ratio:
-            yield Pause(min(time.perf_counter() - self.since, _BUSY_MOST_S) * self.ratio)
-        self.since = time.perf_counter()
+    Adaptive (the default): the same pace while other clients are being served, and none while
+    nobody else is. After each slice the server is asked (``PROBE``) whether it ran any other
+    client's command since the slice ended. Nobody: no pause, and the next slice's budget
+    doubles, up to ``MOST_SLICE_MS`` (a client that arrives during a slice waits for it at
+    most). Someone: back to slices of ``ms`` at once, paused by ``ratio``, and kept so until
+    nobody has been seen for ``QUIET_S``, so a tenant calling every few hundred milliseconds
+    is not met by a grown slice at each call. A probe that fails (INFO refused) makes the pace
+    fixed for the rest of the run."""
+
+    def __init__(
+        self,
+        ratio: float,
+        ms: float = DEFAULT_SLICE_MS,
+        *,
+        adapts: bool = False,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.ratio, self.floor_ms, self.adapts, self.clock = ratio, ms, adapts, clock
+        self.since = clock()
+        # the next slice's budget (ms); whether slices are paused now; when another client was
+        # last seen; the command count read after the last slice (None: not read)
+        self.ms, self.pausing = ms, not adapts
+        self.seen = -math.inf
+        self.after: int | None = None
+        # what the run did, for a caller or a test to look at: slices, and those the server
+        # was found shared in
+        self.slices = self.shared = 0
+
+    def observe(self, others: int) -> None:
+        """Set the next slice's budget and pause from ``others``, the commands other clients
+        ran since the last slice ended (I/O-free: the decision alone)."""
+        now = self.clock()
+        if others > 0:
+            self.shared += 1
+            self.seen, self.ms, self.pausing = now, self.floor_ms, True
+        elif now - self.seen >= QUIET_S:
+            self.ms, self.pausing = min(self.ms * 2, max(MOST_SLICE_MS, self.floor_ms)), False
+
+    def fix(self) -> None:
+        """The fixed pace from now on (the probe failed)."""
+        self.adapts, self.ms, self.pausing, self.after = False, self.floor_ms, True, None
+
+    def run(self, op: Eval | Call | Each, *, rest: bool = True) -> Flow[Any]:
+        """``op``'s reply (an ``Each``'s replies, errors as values; a lone command's error
+        raised), then the pace's rest (``rest``; without it, a read between slices). Adaptive,
+        the command count is read after it, in its pipeline; and while others are being served,
+        before it too (so the rest needs no round trip of its own). A write is sent alone, so a
+        durability mode waits after it: its counts are read in round trips of their own."""
+        self.slices += rest
+        if not self.adapts:
+            reply = yield op
+        else:
+            lead = self.pausing and self.after is not None
+            if not isinstance(op, Each) and op.write:
+                if lead:
+                    (probe,) = yield Each((PROBE,))
+                    self._between(probe)
+                reply = yield op
+                (probe,) = yield Each((PROBE,))
+                self._read(probe)
+            else:
+                ops = op.ops if isinstance(op, Each) else (op,)
+                *got, probe = yield Each(((PROBE,) if lead else ()) + tuple(ops) + (PROBE,))
+                if lead:
+                    self._between(got.pop(0))
+                self._read(probe)
+                reply = got if isinstance(op, Each) else got[0]
+                if isinstance(reply, Exception):
+                    raise reply
+        if rest:
+            yield from self.rest()
+        return reply
+
+    def _between(self, probe: object) -> None:
+        """What a probe sent just before a slice says of the time since the last one."""
+        count = commands_run(probe)
+        if count is None or self.after is None:
+            self.fix()
+        else:
+            self.observe(count - self.after - 1)
+
+    def _read(self, probe: object) -> None:
+        count = commands_run(probe)
+        if count is None:
+            self.fix()
+        elif self.adapts:
+            self.after = count
+
+    def rest(self) -> Generator[Step, Any, None]:
+        """The pause after a slice; adaptive, the probe that decides it and the next budget."""
+        busy = min(self.clock() - self.since, _BUSY_MOST_S)
+        if self.adapts and self.after is not None and not self.pausing:
+            # alone so far: ask before the next slice, which may be a grown one
+            asked = self.clock()
+            (probe,) = yield Each((PROBE,))
+            self._between(probe)
+            # the probe's round trip held nothing: it is part of the pause
+            left = busy * self.ratio - (self.clock() - asked)
+            if self.pausing and left > 0:
+                yield Pause(left)
+        elif self.ratio and self.pausing:
+            yield Pause(busy * self.ratio)
+        self.since = self.clock()
 
 
 @dataclass(frozen=True, slots=True)

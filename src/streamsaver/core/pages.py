@@ -106,10 +106,9 @@ class LogPages:
         else:
             read = ("XRANGE", self.key, self.start, "+", "COUNT", count)
         if self.one_version:
-            page = yield from self._checked(read)
+            page = yield from self._checked(read, rest=True)
         else:
-            page = yield Call(read)
-        yield from self.pace.rest()
+            page = yield from self.pace.run(Call(read))
         if self.left is not None:
             self.left -= len(page)
         # a short page is the stream's end (as it was when read)
@@ -117,7 +116,9 @@ class LogPages:
         if page:
             last = page[-1][0]
             self.start = "(" + as_text(last)
-            self.count = next_count(page, self.budget_ms)
+            # an adaptive pace's budget grows while nobody else is served
+            budget = self.pace.ms if self.pace.adapts else self.budget_ms
+            self.count = next_count(page, budget)
         return page
 
     def entry(self, entry_id: str) -> Flow[Page]:
@@ -125,16 +126,16 @@ class LogPages:
         the pages come from when they are ``one_version``."""
         read = ("XRANGE", self.key, entry_id, entry_id)
         if not self.one_version:
-            found: Page = yield Call(read)
+            found: Page = yield from self.pace.run(Call(read), rest=False)
             return found
-        return (yield from self._checked(read))
+        return (yield from self._checked(read, rest=False))
 
-    def _checked(self, read: tuple[str | int, ...]) -> Flow[Page]:
+    def _checked(self, read: tuple[str | int, ...], *, rest: bool) -> Flow[Page]:
         """``read``'s page, with the log's first id read after it in the same round trip (and
         before it too, for the first page: the version every later page is compared with)."""
         first = Call(("XRANGE", self.key, "-", "+", "COUNT", 1))
         ops = (first, Call(read), first) if self.first is None else (Call(read), first)
-        replies = yield Each(ops)
+        replies = yield from self.pace.run(Each(ops), rest=rest)
         for reply in replies:
             if isinstance(reply, Exception):
                 raise reply

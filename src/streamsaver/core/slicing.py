@@ -6,7 +6,14 @@ from __future__ import annotations
 import builtins
 from typing import NamedTuple
 
-__all__ = ["DEFAULT_SLICE_MS", "DEFAULT_SLICE_PAUSE", "Replay", "round_width"]
+__all__ = [
+    "DEFAULT_SLICE_MS",
+    "DEFAULT_SLICE_PAUSE",
+    "MOST_SLICE_MS",
+    "QUIET_S",
+    "Replay",
+    "round_width",
+]
 
 
 # the least budget one thread's replay_slice gets when a round's slice is shared: below it a
@@ -22,6 +29,17 @@ DEFAULT_SLICE_MS = 0.25
 
 
 DEFAULT_SLICE_PAUSE = 1.0
+
+
+# Unless the caller gives slice_ms or slice_pause, the pace adapts (core.flow.Pace): those
+# defaults while other clients are being served, no pause and budgets doubling up to this many ms
+# while nobody else is (a client arriving meanwhile waits one such slice at most). 2 ms was the
+# fixed default once: a slice's fixed cost (a call, a round trip, its state read and saved) is
+# then a few percent of it, so a check on an idle server runs near one script's speed
+MOST_SLICE_MS = 2.0
+# and back to the defaults from the moment another client is seen until nobody has been for
+# this long, so a tenant that calls a few times a second meets the short slices every time
+QUIET_S = 0.5
 
 
 class Replay(NamedTuple):

@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+from ..audit.steps import StepMemory
 from ..checkpoint.aio import AsyncRedisStreamSaver
 from ..core.keys import thread_keys
 from ..core.slots import slot_of
@@ -66,6 +67,7 @@ class FeedHub:
 
     async def _run(self) -> None:
         tail = self.saver.atail_all(after="$")
+        steps = StepMemory()
         try:
             async with tail:
                 self.positions = dict(tail.cursor.positions)
@@ -73,7 +75,7 @@ class FeedHub:
                 async for event in tail:
                     slot = slot_of(thread_keys(self.saver.prefix, event.thread_id).log)
                     positions = dict(tail.cursor.positions)
-                    data = json.dumps(event_view(event))
+                    data = json.dumps(event_view(event, steps.step(event)))
                     async with self.lock:
                         # with the entry, under the lock: a new client reads both as one
                         self.positions = positions
@@ -116,11 +118,13 @@ async def _catch_up(
     saver: AsyncRedisStreamSaver, start: str | FeedCursor, positions: dict[int, str]
 ) -> AsyncIterator[dict[str, Any]]:
     tail = saver.atail_all(after=start, follow=False)
+    steps = StepMemory()
     try:
         async for event in tail:
             positions.clear()
             positions.update(tail.cursor.positions)
-            yield _message(json.dumps(event_view(event)), event.kind, positions)
+            data = json.dumps(event_view(event, steps.step(event)))
+            yield _message(data, event.kind, positions)
         positions.clear()
         positions.update(tail.cursor.positions)
     finally:

@@ -10,7 +10,9 @@ import re
 from collections.abc import AsyncIterator
 from typing import Any
 
+from ..audit.steps import StepMemory
 from ..checkpoint.aio import AsyncRedisStreamSaver
+from ..core.config import make_config
 from ..core.errors import InvalidInputError
 from ..core.stream_ids import ENTRY_ID
 from ..events import FeedCursor, ThreadEvent
@@ -44,17 +46,24 @@ def feed_after(value: str, prefix: str) -> str | FeedCursor:
     return FeedCursor(prefix=prefix, positions={int(s): pos for s, pos in pairs})
 
 
-def _message(event: ThreadEvent, event_id: str) -> dict[str, Any]:
+def _message(event: ThreadEvent, event_id: str, step: int | None) -> dict[str, Any]:
     # json.dumps escapes control characters, so no user string can end the SSE field early
-    return {"id": event_id, "event": event.kind, "data": json.dumps(event_view(event))}
+    data = json.dumps(event_view(event, step))
+    return {"id": event_id, "event": event.kind, "data": data}
 
 
 async def thread_stream(
     saver: AsyncRedisStreamSaver, thread_id: str, after: str
 ) -> AsyncIterator[dict[str, Any]]:
     tail = saver.atail(thread_id, after=after)
+    steps = StepMemory()
     try:
         async for event in tail:
-            yield _message(event, event.id)
+            if steps.missing(event):
+                # its checkpoint is on the page, before this stream: one read, then known
+                config = make_config(thread_id, event.checkpoint_ns, event.checkpoint_id or "")
+                found = await saver.aget_tuple(config)
+                steps.learn(event, found.metadata if found else None)
+            yield _message(event, event.id, steps.step(event))
     finally:
         await tail.aclose()

@@ -10,6 +10,7 @@ from typing import Any
 
 from langgraph.checkpoint.base import CheckpointTuple
 
+from ..audit.steps import StepMemory
 from ..audit.timeline import Lenient
 from ..core.replies import json_line
 from ..events import SkippedEvent, ThreadDeletion, ThreadEvent, ThreadInfo, Undecoded
@@ -136,7 +137,8 @@ def shown(value: Any) -> str:
 
 
 def event_view(event: ThreadEvent, step: int | None = None) -> dict[str, Any]:
-    """One timeline entry. ``step``: for writes, the step of the checkpoint they belong to."""
+    """One timeline entry. ``step``: for writes, the step of the checkpoint they belong to,
+    from the reader's ``StepMemory`` (audit.steps)."""
     channels = [c for c, _ in event.writes] if event.kind == "writes" else list(event.channels)
     return {
         "id": event.id,
@@ -165,7 +167,7 @@ class Timeline:
     def __init__(self) -> None:
         self.events: list[dict[str, Any]] = []
         self.skipped = 0
-        self._steps: dict[tuple[str, str], int | None] = {}
+        self._steps = StepMemory()
         self._branch: dict[tuple[str, str], int] = {}
         self._children: dict[tuple[str, str], int] = {}
         self._branches = 0
@@ -177,9 +179,8 @@ class Timeline:
             return
         ns = event.checkpoint_ns
         key = (ns, event.checkpoint_id or "")
-        view = event_view(event, self._steps.get(key))
+        view = event_view(event, self._steps.step(event))
         if event.kind == "checkpoint":
-            self._steps[key] = event.step
             parent = (ns, event.parent_checkpoint_id or "")
             siblings = self._children.get(parent, 0)
             self._children[parent] = siblings + 1
