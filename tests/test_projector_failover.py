@@ -20,13 +20,13 @@ import redis
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
 from redis.cluster import RedisCluster
 
-from streamsaver import RedisStreamSaver
+from streamsaver import RedisStreamSaver, StreamSaverError
 from streamsaver.embedded import EmbeddedCluster, EmbeddedRedis
 from streamsaver.projector import Projector
 
 from .conftest import _embedded_binary
 
-BOUND_S = 30.0  # generous: the point is that the lag returns to 0, not how fast
+BOUND_S = 45.0  # generous: the point is that the lag returns to 0, not how fast
 # a client made without timeouts (redis-py's own default is 5 s)
 UNBOUNDED: dict[str, Any] = {"socket_timeout": None, "socket_connect_timeout": None}
 
@@ -83,7 +83,7 @@ def _caught_up(lag: Callable[[], int], running: Running, what: str) -> None:
         assert not running.alive(), f"{what}: {running.alive()}"
         try:
             pending = lag()
-        except redis.RedisError:
+        except (redis.RedisError, StreamSaverError):
             pending = -1  # the reader's own client is still learning the new layout
         assert time.monotonic() < deadline, f"{what}: {pending} entries still pending"
         time.sleep(0.1)

@@ -31,6 +31,7 @@ from redis.exceptions import (
     ReadOnlyError,
     TryAgainError,
 )
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.retry import Retry
 
 from ..core.errors import AuthenticationFailedError, SlotMovingError, TLSError, lost_connection
@@ -65,12 +66,13 @@ def passing(exc: BaseException) -> bool:
 
 
 def own_saver(
-    saver: RedisStreamSaver, stopped: threading.Event
+    saver: RedisStreamSaver, stopped: threading.Event, cut: threading.Event
 ) -> tuple[RedisStreamSaver, Any | None]:
     """``saver`` on a client of the projector's own (see the module's docstring), and that
-    client; ``saver`` itself and None for a client whose connections cannot be remade from
-    their settings (a Sentinel's pool, say): its own timeouts bound the projector then."""
-    client = _own_client(saver.client, stopped)
+    client: it retries nothing once ``stopped`` is set, and sends nothing once ``cut`` is. Else
+    ``saver`` itself and None, for a client whose connections cannot be remade from their
+    settings (a Sentinel's pool, say): its own timeouts bound the projector then."""
+    client = _own_client(saver.client, stopped, cut)
     if client is None:
         return saver, None
     own = copy.copy(saver)
@@ -79,7 +81,7 @@ def own_saver(
     return own, client
 
 
-def _own_client(client: Any, stopped: threading.Event) -> Any | None:
+def _own_client(client: Any, stopped: threading.Event, cut: threading.Event) -> Any | None:
     if isinstance(client, RedisCluster):
         cluster: Any = client
         manager = cluster.nodes_manager
@@ -93,7 +95,7 @@ def _own_client(client: Any, stopped: threading.Event) -> Any | None:
             startup_nodes=[_CLUSTER.ClusterNode(n.host, n.port) for n in cluster.get_nodes()],
             require_full_coverage=manager._require_full_coverage,
             address_remap=manager.address_remap,
-            retry=_Stopping(cluster.retry, stopped),
+            retry=_Stopping(copy.deepcopy(cluster.retry), stopped, cut),
             **options,
         )
     pool = client.connection_pool
@@ -102,18 +104,35 @@ def _own_client(client: Any, stopped: threading.Event) -> Any | None:
     options = bounded(pool.connection_kwargs)
     # none given: what redis-py's connection would have (no retry)
     retry = options.get("retry") or client.get_retry() or Retry(NoBackoff(), 0)
-    options["retry"] = _Stopping(retry, stopped)
+    options["retry"] = _Stopping(retry, stopped, cut)
     return redis.Redis(
         connection_pool=redis.ConnectionPool(connection_class=pool.connection_class, **options)
     )
 
 
 class _Stopping(_Stoppable):
-    """The tails' retry policy that retries nothing once stopped, for a client's options: a
-    connection copies the policy it is given, and each copy keeps the same stop."""
+    """The tails' retry policy that retries nothing once stopped, for a client's options, and
+    that sends nothing at all once the client was cut: a connection copies the policy it is
+    given, and each copy keeps the same two events."""
+
+    def __init__(self, retry: Any, stopped: threading.Event, cut: threading.Event) -> None:
+        super().__init__(retry, stopped)
+        self.cut = cut
+
+    def call_with_retry(
+        self, do: Any, fail: Any, is_retryable: Any = None, with_failure_count: bool = False
+    ) -> Any:
+        if self.cut.is_set():
+            # a new connection to a server that stopped answering would wait its bound again
+            raise RedisConnectionError("the projector stopped: its connections are shut down")
+        return super().call_with_retry(do, fail, is_retryable, with_failure_count)
+
+    def __copy__(self) -> _Stopping:
+        # explicit: copy's own way finds no attributes yet, and the forwarding loops
+        return _Stopping(copy.copy(self.retry), self.stopped, self.cut)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> _Stopping:
-        return _Stopping(copy.deepcopy(self.retry, memo), self.stopped)
+        return _Stopping(copy.deepcopy(self.retry, memo), self.stopped, self.cut)
 
 
 def cut(client: Any) -> None:

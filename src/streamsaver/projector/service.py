@@ -45,8 +45,9 @@ DEFAULT_GROUP = "projector"
 # the pauses before trying again what a failover or a restart broke: growing, up to the bound
 # of one call (the tails' grace), so a server that comes back is found within about that
 _FIRST_PAUSE_S = 0.1
-# how long run() lets the apply thread finish what was delivered once stopped, before it cuts
-# the projector's connections (a call on a silent server would otherwise run to its bound)
+# how long a stopped projector may go on applying what was delivered (and its member leave the
+# group) before its connections are shut down: a call on a silent server would otherwise run
+# to its bound
 _STOP_GRACE_S = 1.0
 
 
@@ -84,8 +85,9 @@ class Projector:
         self.sweep_every_s = sweep_every_s
         self.totals = Totals()
         self._stopped = threading.Event()
-        # set once run() gave up waiting for the apply thread and cut its connections
+        # set once a stopped projector still waited after the grace and its connections were cut
         self._abandoned = threading.Event()
+        self._cutting: threading.Timer | None = None
         # the saver the projector's calls go through: on a client of its own while it runs
         self._saver = saver
         self._client: Any = None
@@ -96,9 +98,22 @@ class Projector:
         self._pause = _FIRST_PAUSE_S  # the apply thread's next pause after an error
 
     def stop(self) -> None:
+        """End ``run()`` from a signal handler or another thread: at once where it waits for
+        deliveries; what was delivered is applied within a grace of a second, after which
+        whatever still waits (on a server that stopped answering) is cut short."""
         self._stopped.set()
         if self._members is not None:
             self._members.stop()
+        if self._client is not None and self._cutting is None:
+            self._cutting = threading.Timer(_STOP_GRACE_S, self._abandon)
+            self._cutting.daemon = True
+            self._cutting.start()
+
+    def _abandon(self) -> None:
+        client = self._client
+        if client is not None:  # run() has not ended yet
+            self._abandoned.set()
+            cut(client)
 
     def start(self) -> None:
         """Seed what has no projections yet (first start, or keys deleted), then catch up."""
@@ -303,30 +318,27 @@ class Projector:
             log.debug("group: leaving: %s", _named(exc))
 
     def run(self) -> Totals:
-        self._saver, self._client = own_saver(self.saver, self._stopped)
+        self._saver, self._client = own_saver(self.saver, self._stopped, self._abandoned)
         worker = threading.Thread(target=self._worker, name="projector-apply")
         worker.start()
         try:
-            self._follow()
-        except BaseException:
-            if self._failed is None:
+            if self._stopped.is_set():  # stopped before its client was made
                 self.stop()
-            raise
+            self._follow()
         finally:
-            # the worker applies (and acknowledges) what was delivered before the member leaves
-            self._stopped.set()
-            worker.join(_STOP_GRACE_S)
-            if worker.is_alive() and self._client is not None:
-                # it still waits, on a server that stopped answering: cut its connections
-                self._abandoned.set()
-                cut(self._client)
+            # the worker applies (and acknowledges) what was delivered; its member left the
+            # group as its iteration ended
+            self.stop()
             worker.join()
             try:
-                self._leave()  # after the worker acknowledged what was delivered
+                self._leave()
             finally:
-                if self._client is not None:
-                    self._client.close()
-            self._saver, self._client = self.saver, None
+                client, self._client = self._client, None
+                if self._cutting is not None:
+                    self._cutting.cancel()
+                if client is not None:
+                    client.close()
+                self._saver = self.saver
         if self._failed is not None:
             raise self._failed
         log.info(
