@@ -32,7 +32,8 @@ def test_a_healthy_server_passes_every_check(server: tuple[str, redis.Redis]) ->
     out = _cli("doctor", url, "--json")
     assert out.returncode == 0, out.stderr
     checks = _checks(out)
-    for name in ("reachable", "auth", "tls", "server", "persistence", "memory", "cluster"):
+    for name in ("reachable", "auth", "tls", "server", "persistence", "memory", "stream nodes",
+                 "cluster"):  # fmt: skip
         assert checks[name]["status"] == "ok", checks[name]
     for name in ("permissions", "scripts", "latency"):
         assert checks[name]["status"] == "ok", checks[name]
@@ -56,6 +57,32 @@ def test_an_evicting_server_fails_with_the_remedy(server: tuple[str, redis.Redis
     assert memory["status"] == "fail"
     assert "allkeys-lru" in memory["detail"]
     assert memory["remedy"] == "CONFIG SET maxmemory-policy noeviction"
+
+
+def test_stream_node_size_is_advised_on_a_server_holding_many_keys(
+    server: tuple[str, redis.Redis],
+) -> None:
+    url, admin = server
+    nodes = _checks(_cli("doctor", url, "--json"))["stream nodes"]
+    # the default: each stream's newest node takes 4 KB, but a few keys leave little to save
+    assert nodes["status"] == "ok", nodes
+    assert "stream-node-max-bytes 4096" in nodes["detail"]
+    for start in range(0, 10_000, 1_000):
+        admin.mset({f"other:{n}": "x" for n in range(start, start + 1_000)})
+    out = _cli("doctor", url, "--json")
+    assert out.returncode == 0, out.stderr  # advice, not a failure
+    nodes = _checks(out)["stream nodes"]
+    assert nodes["status"] == "warn", nodes
+    assert "10,000 keys" in nodes["detail"]
+    assert nodes["remedy"].startswith("if most threads hold a few checkpoints")
+    assert "CONFIG SET stream-node-max-bytes 1024" in nodes["remedy"]
+    admin.config_set("stream-node-max-bytes", 1024)
+    nodes = _checks(_cli("doctor", url, "--json"))["stream nodes"]
+    assert nodes["status"] == "ok", nodes
+    assert "takes 1,024 bytes" in nodes["detail"]
+    # 0 (no limit) still preallocates the 4,096 bytes a node is capped at
+    admin.config_set("stream-node-max-bytes", 0)
+    assert _checks(_cli("doctor", url, "--json"))["stream nodes"]["status"] == "warn"
 
 
 def test_a_server_without_persistence_is_warned_about(server: tuple[str, redis.Redis]) -> None:

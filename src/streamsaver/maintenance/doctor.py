@@ -34,6 +34,12 @@ __all__ = ["Check", "diagnose"]
 Status = Literal["ok", "warn", "fail"]
 _LATENCY_WARN_MS = 5.0
 _LAG_WARN_S = 60.0
+# Redis 7+ and Valkey allocate a stream's newest node at stream-node-max-bytes, capped at
+# 4096 (t_stream.c, STREAM_LISTPACK_MAX_PRE_ALLOCATE): every thread's log holds that much
+_NODE_PREALLOC_CAP = 4096
+_NODE_ADVISED = 1024
+# keys at which short threads' fixed cost is worth the advice (docs/cost.md, "A short thread")
+_NODE_ADVICE_KEYS = 10_000
 
 
 @dataclass
@@ -72,6 +78,7 @@ def diagnose(url: str, prefix: str, timeout: float = DEFAULT_CONNECT_TIMEOUT_S) 
         checks.append(_server(info))
         checks.append(_persistence(client, info))
         checks.append(_memory(info))
+        checks.append(_stream_nodes(client, server_version(info)))
         checks.append(_cluster(client, info))
         checks.append(_permissions(client, prefix))
         checks.append(_scripts(client, url, server_version(info)))
@@ -172,6 +179,36 @@ def _memory(info: dict[str, Any]) -> Check:
             "CONFIG SET maxmemory-policy noeviction",
         )
     return Check("memory", "ok", f"{shown}, maxmemory-policy {policy}")
+
+
+def _stream_nodes(client: redis.Redis, version: tuple[int, ...]) -> Check:
+    """What every stream's newest node takes, which a short thread pays in full (its log),
+    and whether to lower it: worth it where the server holds many threads."""
+    raw = _config(client, "stream-node-max-bytes")
+    if raw is None:
+        return Check("stream nodes", "ok", "stream-node-max-bytes unknown (no CONFIG permission)")
+    setting = int(raw)
+    if version < (7, 0):
+        return Check("stream nodes", "ok", f"stream-node-max-bytes {setting}: no preallocation")
+    held = min(setting or _NODE_PREALLOC_CAP, _NODE_PREALLOC_CAP)
+    found = (
+        f"stream-node-max-bytes {setting}: every stream's newest node takes {held:,} bytes, "
+        "so each thread's log holds at least that"
+    )
+    if held <= _NODE_ADVISED:
+        return Check("stream nodes", "ok", found)
+    keys = int(client.dbsize())
+    if keys < _NODE_ADVICE_KEYS:
+        return Check("stream nodes", "ok", f"{found} ({keys:,} keys: little to save)")
+    return Check(
+        "stream nodes",
+        "warn",
+        f"{found}; {keys:,} keys here: a one-checkpoint thread takes ~9 KB at 4096, ~3 KB at "
+        f"{_NODE_ADVISED} (docs/cost.md, 'A short thread')",
+        f"if most threads hold a few checkpoints: CONFIG SET stream-node-max-bytes "
+        f"{_NODE_ADVISED} (2048 for chats of a few turns; a long conversation then costs ~12% "
+        "or ~2% more a step), and the same in the config file",
+    )
 
 
 def _cluster(client: redis.Redis, info: dict[str, Any]) -> Check:
