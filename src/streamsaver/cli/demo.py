@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import operator
 import os
+import shlex
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,20 +22,29 @@ class _State(TypedDict):
 
 
 @contextmanager
-def redis_url(url: str | None) -> Iterator[str]:
-    """The given URL, else $REDIS_URL, else a throwaway embedded server for the demo's life."""
+def redis_url(url: str | None, throwaway: bool, out: TextIO) -> Iterator[tuple[str, bool]]:
+    """The given URL, else $REDIS_URL, else the development server (started if need be, left
+    running), or with ``throwaway`` an embedded server for the demo's life; and whether the
+    demo chose the server (then it prints how to reach it)."""
     if url or os.environ.get("REDIS_URL"):
-        yield url or os.environ["REDIS_URL"]
+        yield url or os.environ["REDIS_URL"], False
+        return
+    if not throwaway:
+        from ..devserver import start_dev
+
+        dev, started = start_dev()
+        out.write(f"{'started' if started else 'using'} the development server, {dev}\n")
+        yield dev, True
         return
     from ..embedded import EmbeddedRedis
 
     # a throwaway server is meant to keep nothing: the saver need not warn about it
     with EmbeddedRedis() as server, warnings.catch_warnings():
         warnings.simplefilter("ignore", NoPersistenceWarning)
-        yield server.url
+        yield server.url, False
 
 
-def run(url: str | None, prefix: str, out: TextIO) -> int:
+def run(url: str | None, prefix: str, out: TextIO, throwaway: bool = False) -> int:
     try:
         from langgraph.graph import END, START, StateGraph
     except ImportError:
@@ -55,7 +65,7 @@ def run(url: str | None, prefix: str, out: TextIO) -> int:
     builder.add_edge("agent", END)
 
     with (
-        redis_url(url) as resolved,
+        redis_url(url, throwaway, out) as (resolved, chosen),
         RedisStreamSaver.from_conn_string(resolved, prefix=prefix) as saver,
     ):
         graph = builder.compile(checkpointer=saver)
@@ -78,4 +88,19 @@ def run(url: str | None, prefix: str, out: TextIO) -> int:
             f"{kinds.count('checkpoint')} checkpoints and {kinds.count('writes')} writes\n"
             f"final messages: {state['messages']}\n"
         )
+        if chosen:
+            out.write(_NEXT.format(url=resolved, thread=shlex.quote(thread_id), prefix=prefix))
     return 0
+
+
+# what a new user does next, against the server the demo left running; the README's path
+_NEXT = """
+The server keeps running, with this thread in it. Next, in this shell:
+
+  export REDIS_URL={url}
+  streamsaver threads
+  streamsaver history {thread}
+  streamsaver serve                  # the console: http://127.0.0.1:8765/
+
+`streamsaver dev stop` stops the server (its data stays for `streamsaver dev start`).
+"""

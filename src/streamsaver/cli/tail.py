@@ -24,7 +24,8 @@ output: one line per event (--json: one ThreadEvent JSON object per line)
   <time UTC> [<thread>] <kind> ns=<ns> step=<step> <node or task> <channels>
 
 step: a checkpoint's metadata step; for writes, the step of the checkpoint their task ran \
-from ('-' until this tail has seen it), here, in --json and in the console alike. node or task: the graph node of a writes event; '<node> (Send #<i>)' \
+from ('-' until this tail has seen it), here, in --json and in the console alike. node or \
+task: the graph node of a writes event; '<node> (Send #<i>)' \
 for the step's i-th Send (e.g. a tool call; 'Send #<i>' when its node is unknown); \
 '<caller> call #<i>' for a functional-API task call; '<task> error handler' for the handler \
 of a failed task's error; 'resume' for the answer of \
