@@ -206,7 +206,7 @@ def _stream_nodes(client: redis.Redis, version: tuple[int, ...]) -> Check:
         f"{found}; {keys:,} keys here: a one-checkpoint thread takes ~9 KB at 4096, ~3 KB at "
         f"{_NODE_ADVISED} (docs/cost.md, 'A short thread')",
         f"if most threads hold a few checkpoints: CONFIG SET stream-node-max-bytes "
-        f"{_NODE_ADVISED} (2048 for chats of a few turns; a long conversation then costs ~12% "
+        f"{_NODE_ADVISED} (2048 for chats of a few turns; a long conversation then costs ~13% "
         "or ~2% more a step), and the same in the config file",
     )
 
