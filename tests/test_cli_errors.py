@@ -140,11 +140,11 @@ def test_a_closed_pipe_is_no_traceback(sync_saver: RedisStreamSaver, redis_url: 
         assert out.returncode == 0, (command, out.stderr)
 
 
-def test_the_readme_lists_the_exit_codes_help_prints() -> None:
+def test_the_docs_list_the_exit_codes_help_prints() -> None:
     from streamsaver.cli import EXIT_CODES
 
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    documented = {int(code) for code in re.findall(r"^\| (\d+) \|", readme, flags=re.M)}
+    page = (ROOT / "docs" / "operations.md").read_text(encoding="utf-8")
+    documented = {int(code) for code in re.findall(r"^\| (\d+) \|", page, flags=re.M)}
     printed = {int(code) for code in re.findall(r"^  (\d+)  ", EXIT_CODES, flags=re.M)}
     assert documented == printed == {0, 1, 2, 3, 4, 5, 130}
 

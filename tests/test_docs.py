@@ -1,4 +1,7 @@
-"""The README's code cannot rot: its Python runs, and CI runs its test command."""
+"""The README's and docs' code cannot rot: every Python block runs verbatim against a server of
+the tests' own, the README's first-fifteen-minutes path runs verbatim in a shell on a fresh
+development server, its install-and-demo line is the one .ci/package checks, CI runs its test
+command, and every command line the docs show is one the CLI takes."""
 
 from __future__ import annotations
 
@@ -9,27 +12,91 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 
-def _blocks(lang: str) -> list[str]:
-    return re.findall(rf"```{lang}\n(.*?)```", README, flags=re.S)
+def _blocks(text: str, lang: str) -> list[str]:
+    return re.findall(rf"```{lang}\n(.*?)```", text, flags=re.S)
 
 
-def test_quickstart_runs_and_prints_what_it_says(redis_url: str) -> None:
-    (quickstart,) = _blocks("python")
+PYTHON = [
+    (f"{page.name}#{i}", block)
+    for page in PAGES
+    for i, block in enumerate(_blocks(page.read_text(), "(?:python|py)"), 1)
+]
+
+
+def test_the_readme_stays_an_entry_point() -> None:
+    """What it is, install, one path, links: at most 300 lines, and no tracker number or
+    commit hash (a word of 7+ hex digits with a digit and a letter)."""
+    assert len(README.splitlines()) <= 300
+    hexes = [
+        w
+        for w in re.findall(r"\b[0-9a-f]{7,40}\b", README)
+        if re.search(r"\d", w) and re.search(r"[a-f]", w)
+    ]
+    assert hexes == []
+    assert re.findall(r"(?i)\bissue\s*#?\d+|#\d{2,}\b", README) == []
+
+
+@pytest.mark.parametrize("block", [b for _, b in PYTHON], ids=[n for n, _ in PYTHON])
+def test_every_python_block_runs_verbatim(block: str, redis_url: str, tmp_path: Path) -> None:
+    env = {**os.environ, "REDIS_URL": redis_url}
+    out = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", block],
+        capture_output=True, text=True, env=env, timeout=120, cwd=tmp_path,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+
+
+def test_the_quickstart_prints_what_it_says(redis_url: str) -> None:
+    (quickstart,) = _blocks(README, "python")
     env = {**os.environ, "REDIS_URL": redis_url}
     out = subprocess.run(
         [sys.executable, "-c", quickstart], capture_output=True, text=True, env=env, timeout=60
     )
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "you said: hello"
+    lines = out.stdout.splitlines()
+    assert lines[0] == "you said: hello"
+    # its history: a run before (the block runs twice here) left its deletion's record first
+    assert "checkpoint -1  ('__start__',)" in lines, lines
+    assert any(line.startswith("writes None reply ") for line in lines), lines
+
+
+def test_the_first_fifteen_minutes_run_verbatim(tmp_path: Path) -> None:
+    """The install line (a fresh venv: here the tests' own, already installed), then the path
+    block as printed, in one shell, with no REDIS_URL and a development server of its own."""
+    install, path, _ = (block.strip() for block in _blocks(README, "sh"))
+    assert install.endswith(".venv/bin/python -m streamsaver demo")
+    venv = tmp_path / ".venv"
+    venv.symlink_to(Path(sys.prefix))  # the venv the tests run in, as the install line made it
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
+    env["STREAMSAVER_DEV_DIR"] = str(tmp_path / "dev")
+    demo = install.split("&&")[-1].strip()
+    script = f"set -euo pipefail\n{demo}\n{path}\nstreamsaver dev stop\n"
+    try:
+        out = subprocess.run(
+            ["bash", "-c", script], capture_output=True, text=True, env=env, timeout=300,
+            cwd=tmp_path,
+        )  # fmt: skip
+    finally:
+        subprocess.run(
+            [str(venv / "bin" / "streamsaver"), "dev", "stop"], env=env, capture_output=True
+        )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "streamsaver history demo-1" in out.stdout  # what the demo says to run next
+    assert "'demo-1'" in out.stdout  # threads lists it
+    assert re.search(r" checkpoint ns='' step=0 loop ", out.stdout), out.stdout  # history
+    assert re.search(r" writes +ns='' step=\S+ user ", out.stdout), out.stdout
+    assert re.search(r"^ok +reachable ", out.stdout, flags=re.M), out.stdout  # doctor
 
 
 def test_ci_runs_the_readme_test_command() -> None:
-    demo, tests = (block.strip() for block in _blocks("sh"))
-    assert "python -m streamsaver demo" in demo
+    _, _, tests = (block.strip() for block in _blocks(README, "sh"))
     ci = (ROOT / ".ci" / "run").read_text()
     # verbatim, with only its exit status kept for the no-tests check that follows
     assert f"{tests} || status=$?" in ci.splitlines()
@@ -40,7 +107,7 @@ def _documented_commands() -> list[tuple[str, str]]:
     code, cut at a comment, pipe or redirect; synopses (``[--json]``, ``rebuild|verify``,
     ``...``, ``COMMAND``) are left out: they describe, they do not run."""
     found = []
-    for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+    for path in PAGES:
         text = path.read_text()
         blocks = re.findall(r"```[a-z]*\n(.*?)```", text, flags=re.S)
         prose = re.sub(r"```.*?```", "", text, flags=re.S).replace("\n", " ")

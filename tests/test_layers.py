@@ -9,7 +9,7 @@ The layers, from the bottom (docs/architecture.md draws them):
   the public event models (``streamsaver.events``, ``streamsaver.memory_events``);
 - transport: ``streamsaver.transport``;
 - services: the checkpointer, tailing, the audit trail, the Store, the projector, maintenance,
-  ACL rules and the embedded server;
+  ACL rules, the embedded server and the development server;
 - presentation: the command line and the web console;
 - the facade: ``streamsaver/__init__.py``, which only re-exports.
 
@@ -39,6 +39,7 @@ LAYERS: dict[str, int] = {
     "audit": 2,
     "tailing": 2,
     "acl": 2,
+    "devserver": 2,
     "embedded": 2,
     "cli": 3,
     "web": 3,
@@ -54,6 +55,7 @@ SERVICES = [
     "audit",
     "tailing",
     "acl",
+    "devserver",
     "embedded",
 ]
 # the most lines a module may have, unless its docstring says it reads best whole

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import operator
+import os
 from collections.abc import Iterator
 from typing import Annotated, Any
 
@@ -160,8 +161,8 @@ def test_readme_graph_with_long_term_memory(redis_url: str, prefix: str) -> None
     import sys
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    section = readme.split("## The Store (long-term memory)", 1)[1].split("\n## ", 1)[0]
+    page = (Path(__file__).resolve().parent.parent / "docs" / "store.md").read_text()
+    section = page.split("## A graph with long-term memory", 1)[1].split("\n## ", 1)[0]
     (block,) = re.findall(r"```py\n(.*?)```", section, flags=re.S)
     # the block's own prefix would share keys with other tests: give it this test's
     code = block.replace(
@@ -172,10 +173,11 @@ def test_readme_graph_with_long_term_memory(redis_url: str, prefix: str) -> None
         f"from_conn_string(REDIS_URL, prefix={prefix!r}, index=",
     )
     out = subprocess.run(
-        [sys.executable, "-W", "ignore", "-c", f"REDIS_URL = {redis_url!r}\n" + code],
+        [sys.executable, "-W", "ignore", "-c", code],
         capture_output=True,
         text=True,
         timeout=60,
+        env={**os.environ, "REDIS_URL": redis_url},
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == ["I like tea"]

@@ -208,7 +208,7 @@ class StreamSaverBase(BaseCheckpointSaver[str], Generic[ClientT]):
                 raise InvalidInputError(f"{name}={flag!r}: give True or False")
         self.fencing = fencing
         self.allow_eviction = allow_eviction
-        # see Codec.reuse_items and the README, "Reusing list items"
+        # see Codec.reuse_items and docs/reuse.md
         self.reuse_items = reuse_items
         self.ttl_seconds = _check_ttl(ttl_seconds)
         if keep_last is not None:

@@ -69,7 +69,7 @@ def run(url: str | None, prefix: str, out: TextIO, throwaway: bool = False) -> i
         RedisStreamSaver.from_conn_string(resolved, prefix=prefix) as saver,
     ):
         graph = builder.compile(checkpointer=saver)
-        config: Any = {"configurable": {"thread_id": f"demo-{uuid4().hex[:8]}"}}
+        config: Any = {"configurable": {"thread_id": _new_thread(saver, prefix)}}
         state = graph.invoke(_State(messages=[], turns=0), config)
         # the thread remembers the rest: a partial input is enough
         state = graph.invoke(cast(_State, {"messages": []}), config)
@@ -91,6 +91,16 @@ def run(url: str | None, prefix: str, out: TextIO, throwaway: bool = False) -> i
         if chosen:
             out.write(_NEXT.format(url=resolved, thread=shlex.quote(thread_id), prefix=prefix))
     return 0
+
+
+def _new_thread(saver: RedisStreamSaver, prefix: str) -> str:
+    """demo-1, demo-2, ...: the first id no thread uses, so the README's `history demo-1` names
+    the first run's thread on a fresh server."""
+    for n in range(1, 1000):
+        thread_id = f"demo-{n}"
+        if not saver.client.exists(thread_keys(prefix, thread_id).log):
+            return thread_id
+    return f"demo-{uuid4().hex[:8]}"
 
 
 # what a new user does next, against the server the demo left running; the README's path

@@ -6,7 +6,7 @@ the new items' bytes (the tail) are stored, with a link to that base. Reading co
 parts and decodes once, so a reader gets back the very bytes the serde produced: values are
 compared as bytes, never as objects, and anything that is not a msgpack array is stored whole.
 
-With ``reuse_items`` (opt-in, README "Reusing list items") a Known also keeps the objects its
+With ``reuse_items`` (opt-in, docs/reuse.md) a Known also keeps the objects its
 body encodes: a new value that starts with those very objects is encoded from the held body
 plus the new items' encoding, and a read that extends it decodes only the new items. The bytes
 are the same; what changes is that object identity stands for "unchanged". Beside the objects

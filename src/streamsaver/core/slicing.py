@@ -23,8 +23,8 @@ __all__ = [
 _ROUND_SHARE_MS = 0.25
 
 
-# a long operation's slices by default (Operations.slice_ms, slice_pause; README, "Other
-# tenants while one runs long operations", has the measurements behind them)
+# a long operation's slices by default (Operations.slice_ms, slice_pause; docs/benchmarks.md,
+# "Other tenants while one runs long operations", has the measurements behind them)
 DEFAULT_SLICE_MS = 0.25
 
 

@@ -41,7 +41,7 @@ class ValueCodec:
         self.serde = serde
         self.max_payload_bytes = max_payload_bytes
         # Recognise a list's items already stored by identity: encode and decode only the new
-        # ones (README, "Reusing list items"). Sound only while no code mutates an item in
+        # ones (docs/reuse.md). Sound only while no code mutates an item in
         # place once it is checkpointed, so the saver's user opts in.
         self.reuse_items = reuse_items
 
