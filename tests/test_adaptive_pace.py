@@ -328,3 +328,34 @@ def test_a_tenants_user_reads_the_count_with_what_its_role_allows(
         assert check.references == [] and "2" in budgets and not pauses
     client.close()
     admin.close()
+
+
+async def test_the_async_saver_paces_the_same(stoppable_server: EmbeddedServer) -> None:
+    """Its shell sleeps a Pause with asyncio.sleep: alone on the server there is none to sleep,
+    and the console's audit badge (averify_chain) takes grown slices."""
+    import redis.asyncio as aredis
+
+    from streamsaver import AsyncRedisStreamSaver
+
+    long_thread(RedisStreamSaver(redis.Redis.from_url(stoppable_server.url), prefix="a"), "t", 150)
+    client = aredis.Redis.from_url(stoppable_server.url)
+    saver = AsyncRedisStreamSaver(client, prefix="a")
+    steps: list[Any] = []
+    original = saver._execute
+
+    async def execute(op: Any) -> Any:
+        steps.append(op)
+        return await original(op)
+
+    saver._execute = execute  # type: ignore[method-assign]
+    check = await saver.averify_chain("t")
+    assert check.problem is None and check.references == [] and check.events == 300
+    budgets = [
+        str(one.args[-1])
+        for op in steps
+        if isinstance(op, Each)
+        for one in op.ops
+        if isinstance(one, Eval) and one.script == "verify_slice"
+    ]
+    assert not any(isinstance(op, Pause) for op in steps) and "2" in budgets
+    await client.aclose()
