@@ -220,17 +220,26 @@ def test_a_deleted_thread_is_not_listed_and_its_record_expires(
     sync_saver.delete_thread("gone")
     assert sync_saver.thread_ids() == ["stays"]
     assert [i.thread_id for i in sync_saver.threads()] == ["stays"]
-    left = [k for k in thread_keys(prefix, "gone") if redis_client.exists(k)]
-    assert left, "the deletion leaves a record in the thread's keys"
-    assert all(0 < redis_client.pttl(k) <= 7 * 24 * 3600 * 1000 for k in left)
-    short = RedisStreamSaver(redis_client, prefix=prefix, ttl_seconds=60)
+    # the deletion leaves a mark in the thread's ptr, which expires with the audit retention
+    keys = thread_keys(prefix, "gone")
+    assert [k for k in keys if redis_client.exists(k)] == [keys.ptr]
+    assert 0 < redis_client.pttl(keys.ptr) <= 7 * 24 * 3600 * 1000
+    short = RedisStreamSaver(redis_client, prefix=prefix, ttl_seconds=60, audit_retention_seconds=5)
     history(short, 1, "brief")
     short.delete_thread("brief")
-    assert all(0 < redis_client.pttl(k) <= 60_000 for k in thread_keys(prefix, "brief"))
-    # the deletion is in the audit trail and in the thread's own log, for tailers
+    assert 0 < redis_client.pttl(thread_keys(prefix, "brief").ptr) <= 5_000
+    kept = RedisStreamSaver(redis_client, prefix=prefix, audit_retention_seconds=None)
+    history(kept, 1, "kept")
+    kept.delete_thread("kept")
+    assert redis_client.pttl(thread_keys(prefix, "kept").ptr) == -1
+    # the deletion is in the audit trail, and read like the thread's log, for tailers
     assert [d.events for d in sync_saver.deletions("gone")] == [3]
-    kinds = [e.kind for e in sync_saver.tail("gone", after="0", follow=False)]
-    assert kinds == ["thread_deleted"]
+    for tail in (
+        sync_saver.tail("gone", after="0", follow=False),
+        sync_saver.tail_all(after="0", follow=False),
+    ):
+        assert [e.kind for e in tail if e.thread_id == "gone"][-1:] == ["thread_deleted"]
+    assert [e.kind for e in sync_saver.history("gone")] == ["thread_deleted"]
 
 
 # --------------------------------------------------------------------------- #
@@ -335,7 +344,7 @@ def test_the_deletion_never_takes_the_id_of_an_event_it_deleted(
     ahead = f"{seconds * 1000 + micros // 1000 + 60_000}-0"
     redis_client.xadd(log, fields, id=ahead)
     sync_saver.delete_thread("t")
-    [(deletion_id, deletion)] = redis_client.xrange(log)
-    assert deletion[b"k"] == b"thread_deleted"
-    ms, seq = (int(x) for x in deletion_id.decode().split("-"))
+    [deletion] = sync_saver.history("t")
+    assert deletion.kind == "thread_deleted"
+    ms, seq = (int(x) for x in deletion.id.split("-"))
     assert (ms, seq) > (int(ahead.split("-")[0]), 0)

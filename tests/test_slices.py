@@ -26,7 +26,7 @@ from streamsaver.core.keys import (
     verify_keys,
 )
 from streamsaver.core.slicing import Replay
-from tests.test_deletion import history, put, visible
+from tests.test_deletion import assert_refused, history, put, visible
 from tests.test_saver import generate_config
 
 
@@ -238,10 +238,9 @@ def test_deleting_records_the_newest_checkpoint_of_every_namespace(
     sync_saver.put(generate_config("t", checkpoint_ns="ab"), cp, meta, versions)
     assert cp["id"] > newest_in_a
     sync_saver.delete_thread("t")
-    log = thread_keys(sync_saver.prefix, "t").log
-    ((_, fields),) = redis_client.xrange(log)
-    assert fields[b"k"] == b"thread_deleted"
-    assert fields[b"upto"] == cp["id"].encode()
+    [deleted] = sync_saver.history("t")
+    assert deleted.kind == "thread_deleted" and deleted.thread_deleted is not None
+    assert deleted.thread_deleted.upto == cp["id"]
 
 
 def test_a_copy_imports_in_pages_bounded_in_events_and_bytes(
@@ -419,8 +418,8 @@ def test_a_sliced_delete_for_runs_equals_one_script(
     assert len(calls) > 10
     # the DeltaChannel check in slices, out of budget at once: one checkpoint's walk each, then
     # the call that finds none left; the compaction's slices leave the runs' checkpoints out
-    # and append the record
-    assert checkpoints > 20 and len(checks) == checkpoints + 1
+    # and append the record; then the call that shrinks a log left with records alone
+    assert checkpoints > 20 and len(checks) == checkpoints + 2
     assert state(redis_client, sync_saver, "t") == expected
     assert reads(sync_saver, "t") == expected_reads
     assert sync_saver.verify("t")[2] == []
@@ -457,19 +456,20 @@ def test_writes_between_compaction_slices_are_kept(
 def test_a_thread_deleted_between_compaction_slices_stays_deleted(
     sync_saver: RedisStreamSaver, redis_client: redis.Redis
 ) -> None:
-    history(sync_saver, 30)
+    stale = history(sync_saver, 30)[-1]
     flow, reply = first_step(sync_saver, 3, lambda ops: ops.compact("t", 1))
     sync_saver.delete_thread("t")
-    log = thread_keys(sync_saver.prefix, "t").log
-    deleted = redis_client.xrange(log)
+    keys = thread_keys(sync_saver.prefix, "t")
+    mark = redis_client.hgetall(keys.ptr)
     finish(sync_saver, flow, reply)
-    # nothing of the compacted history came back: the compaction started again, on the
-    # deleted thread, whose record it keeps (as one prune script would)
+    # nothing of the compacted history came back, and the deletion's mark is as it left it
     assert sync_saver.get_tuple(generate_config("t")) is None
-    assert [f[b"k"] for _, f in redis_client.xrange(log)] == [b"pruned", b"thread_deleted"]
-    assert redis_client.xrange(log)[1][1][b"origin"] == deleted[0][0]
-    assert 0 < redis_client.pttl(log) <= TOMBSTONE_MS
+    assert [k for k in keys if redis_client.exists(k)] == [keys.ptr]
+    assert redis_client.hgetall(keys.ptr) == mark
+    assert 0 < redis_client.pttl(keys.ptr) <= TOMBSTONE_MS
+    assert [e.kind for e in sync_saver.history("t")] == ["thread_deleted"]
     assert sync_saver.verify("t")[2] == []
+    assert_refused(sync_saver, redis_client, stale)
 
 
 def test_a_compaction_rewritten_under_its_slices_gives_up_slicing(

@@ -55,8 +55,9 @@ class Pruned(_Frozen):
 
 
 class DeletedHistory(_Frozen):
-    """What ``delete_thread`` removed: the ``thread_deleted`` event that starts the thread's log
-    again (the same as its record in the audit stream, plus ``upto``)."""
+    """What ``delete_thread`` removed: the ``thread_deleted`` event its deletion's mark holds,
+    which starts the thread's log again if its id is used again (its audit record, plus
+    ``upto``)."""
 
     count: int = Field(description="how many events the deleted log held")
     last_id: str | None = Field(description="the deleted log's last entry")

@@ -119,6 +119,23 @@ def _check_ttl(ttl_seconds: object) -> float | None:
     return seconds
 
 
+# the audit retention's default (docs/retention.md, "What a deletion leaves")
+DEFAULT_AUDIT_RETENTION_S = 7 * 24 * 3600
+
+
+def _check_retention(seconds: object) -> float | None:
+    if seconds is None:
+        return None
+    value = _number(seconds)
+    if value is None or not 0.001 <= value <= MAX_TTL_MS / 1000:
+        raise InvalidInputError(
+            f"audit_retention_seconds={seconds!r}: give a number of seconds >= 0.001 and <= "
+            f"{MAX_TTL_MS // 1000} for which a deleted thread's record stays, or None to keep "
+            f"it until the thread id is used again"
+        )
+    return value
+
+
 # a long operation that rests more than this many times as long as it works never finishes in
 # practice: it is a mistake, not a choice
 _MOST_PAUSE = 1000
@@ -174,6 +191,7 @@ class StreamSaverBase(BaseCheckpointSaver[str], Generic[ClientT]):
         durability_timeout_ms: int = 1000,
         fencing: bool = False,
         ttl_seconds: float | None = None,
+        audit_retention_seconds: float | None = DEFAULT_AUDIT_RETENTION_S,
         keep_last: int | None = None,
         chain: bool = True,
         allow_eviction: bool = False,
@@ -211,6 +229,7 @@ class StreamSaverBase(BaseCheckpointSaver[str], Generic[ClientT]):
         # see Codec.reuse_items and docs/reuse.md
         self.reuse_items = reuse_items
         self.ttl_seconds = _check_ttl(ttl_seconds)
+        self.audit_retention_seconds = _check_retention(audit_retention_seconds)
         if keep_last is not None:
             bounded_int(
                 keep_last,
@@ -244,6 +263,8 @@ class StreamSaverBase(BaseCheckpointSaver[str], Generic[ClientT]):
         ops = Operations(self.prefix, codec, cache, self.durability)
         ops.fencing = self.fencing
         ops.ttl_ms = math.ceil(self.ttl_seconds * 1000) if self.ttl_seconds else 0
+        retention = self.audit_retention_seconds
+        ops.audit_retention_ms = math.ceil(retention * 1000) if retention else 0
         ops.keep_last = self.keep_last or 0
         ops.chain = self.chain
         ops.slice_ms, ops.slice_pause = self.slice_ms, self.slice_pause

@@ -38,9 +38,9 @@ _IMPORT_BYTES = 256 * 1024
 # how long an abandoned copy's scratch keys stay after its last import (a copy that lands
 # renames or deletes them)
 _SCRATCH_MS = 3600 * 1000
-# how long the keys of a deleted thread, never used again, keep refusing writes that continue its
-# deleted history (lua/checkpoint/delete_thread.lua); a thread that uses the id again keeps that for
-# good
+# the audit retention's default: how long the keys of a deleted thread, never used again, keep its
+# deletion's record and refuse writes that continue its deleted history
+# (lua/checkpoint/delete_thread.lua); a thread that uses the id again keeps that for good
 TOMBSTONE_MS = 7 * 24 * 3600 * 1000
 
 
@@ -54,7 +54,7 @@ class Lifecycle(Compaction):
         yield Eval(
             "delete_thread",
             (*self.appending(keys), audit),
-            (*self._appending_args(), thread_id, TOMBSTONE_MS, self.ttl_ms),
+            (*self._appending_args(), thread_id, self.audit_retention_ms),
             write=True,
         )
 
@@ -79,6 +79,10 @@ class Lifecycle(Compaction):
                     raise reply
             if isinstance(reply, list) and reply[0] == b"delta":
                 raise _delta_dependency(thread_id, runs, [as_text(x) for x in reply[1:]])
+            if isinstance(reply, tuple):
+                # a thread left with its records alone takes what they do
+                # (lua/checkpoint/delete_runs.lua's shrink())
+                yield self._delete_runs(keys, "shrink", thread_id, "", runs)
             deleted += reply[1] if isinstance(reply, tuple) else int(reply)
         return deleted
 

@@ -39,6 +39,7 @@ class SaverOptions(TypedDict, total=False):
     durability_timeout_ms: int
     fencing: bool
     ttl_seconds: float | None
+    audit_retention_seconds: float | None
     keep_last: int | None
     chain: bool
     allow_eviction: bool

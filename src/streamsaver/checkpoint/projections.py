@@ -372,11 +372,12 @@ def threads_by_slot(
         for _, reply in groups:
             if isinstance(reply, Exception):
                 raise reply
-        # which logs exist, each asked where its slot is now (a migration may have split them)
+        # which logs exist (or deleted threads' marks, in ptr), each asked where its slot is
+        # now (a migration may have split them)
         named = [
             (as_text(t), g) for g, (_, reply) in enumerate(groups) for _, *ts in reply for t in ts
         ]
-        alive = yield Each(tuple(Call(("EXISTS", thread_keys(prefix, t).log)) for t, _ in named))
+        alive = yield Each(tuple(Call(("EXISTS", *thread_keys(prefix, t)[::2])) for t, _ in named))
         kept: dict[int, builtins.list[Any]] = {}
         for (t, g), exists in zip(named, alive, strict=True):
             if isinstance(exists, Exception):

@@ -14,6 +14,7 @@ from ..core.config import thread_id_str
 from ..core.feeds import audit_of_log, threads_key
 from ..core.flow import Call, Each, Emit, Entry, Eval, Flow, Items
 from ..core.keys import ThreadKeys, rebuild_keys, scratch_keys, verify_keys
+from ..core.marks import MARK_FIELDS, marked_events
 from ..core.pages import LogPages
 from ..core.replies import as_text
 from ..core.slicing import Replay, round_width
@@ -167,22 +168,71 @@ class Replaying(State):
 
     def log_entries(self, thread_id: str) -> Items[Entry]:
         """A thread's whole log, one page of XRANGE at a time: any length streams through in
-        constant memory. A log rewritten between pages raises ``LogRewrittenError``."""
-        log = self.keys(thread_id_str(thread_id, "thread_id")).log
-        pages = LogPages(log, self.slice_ms, self._pace(), one_version=True)
+        constant memory. A log rewritten between pages raises ``LogRewrittenError``. A deleted
+        thread's is the events its mark holds (core/marks.py)."""
+        keys = self.keys(thread_id_str(thread_id, "thread_id"))
+        pages = LogPages(keys.log, self.slice_ms, self._pace(), one_version=True)
+        read = False
         while page := (yield from pages.next()):
+            read = True
             for entry_id, fields in page:
                 yield Emit((as_text(entry_id), [(_b(k), _b(v)) for k, v in fields.items()]))
+        if not read:
+            # a deleted thread's log is gone: its mark holds the events that will start it
+            # again (core/marks.py)
+            for entry_id, fields in marked_events((yield Call(("HMGET", keys.ptr, *MARK_FIELDS)))):
+                yield Emit((entry_id, list(fields.items())))
 
     def deletion_entries(self, thread_id: str) -> Items[Entry]:
-        """The records of this thread's deletions, from the audit stream of its slot."""
+        """The records of this thread's deletions, oldest first: the ``thread_deleted`` events
+        of its deletion's mark, if it is deleted (lua/checkpoint/delete_thread.lua), and of its
+        log, if the id was used again, found through its index's records; and those earlier
+        versions wrote to the audit stream of its slot, unless its log holds them too."""
         thread = thread_id_str(thread_id, "thread_id").encode()
-        key = audit_of_log(self.prefix, self.keys(thread_id).log)
+        keys = self.keys(thread_id)
+        found: dict[str, Entry] = {}
+        seen: set[tuple[bytes, bytes, bytes]] = set()
+        for entry_id, fields in marked_events((yield Call(("HMGET", keys.ptr, *MARK_FIELDS)))):
+            seen.add(_record(fields))
+            found[entry_id] = (entry_id, list(fields.items()))
+        members = yield Call(("ZRANGEBYLEX", keys.ix, "[e", "[e\xff"))
+        ids = [as_text(m)[1:] for m in members or ()]
+        replies = (yield Each(tuple(Call(("XRANGE", keys.log, i, i)) for i in ids))) if ids else ()
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+            for entry_id, raw in reply or ():
+                fields = _fields(raw)
+                if fields.get(b"k") == b"thread_deleted":
+                    seen.add(_record(fields))
+                    found[as_text(entry_id)] = (as_text(entry_id), list(fields.items()))
+        key = audit_of_log(self.prefix, keys.log)
         pages = LogPages(key, self.slice_ms, self._pace())
         while page := (yield from pages.next()):
-            for entry_id, fields in page:
-                if _b(fields.get(b"thread", b"")) == thread:
-                    yield Emit((as_text(entry_id), [(_b(k), _b(v)) for k, v in fields.items()]))
+            for entry_id, raw in page:
+                fields = {_b(k): _b(v) for k, v in raw.items()}
+                if fields.get(b"thread", b"") == thread and _record(fields) not in seen:
+                    found[as_text(entry_id)] = (as_text(entry_id), list(fields.items()))
+        for entry_id in sorted(found, key=_id_key):
+            yield Emit(found[entry_id])
+
+
+def _fields(raw: object) -> dict[bytes, bytes]:
+    """An XRANGE entry's fields, parsed (a dict) or flat, as bytes."""
+    if isinstance(raw, dict):
+        return {_b(k): _b(v) for k, v in raw.items()}
+    flat = [_b(x) for x in raw]  # type: ignore[attr-defined]
+    return dict(zip(flat[::2], flat[1::2], strict=True))
+
+
+def _record(fields: dict[bytes, bytes]) -> tuple[bytes, bytes, bytes]:
+    """What one deletion's records have in common wherever they are kept."""
+    return fields.get(b"n", b""), fields.get(b"last", b""), fields.get(b"head", b"")
+
+
+def _id_key(entry_id: str) -> tuple[int, int]:
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)
 
 
 def _b(value: bytes | str) -> bytes:

@@ -63,6 +63,9 @@ class State:
     fencing: bool = False
     # a thread expires this long after its last write; 0: never (see checkpoint/base.py)
     ttl_ms: int = 0
+    # how long a deleted thread's record (its deletion's audit record, and what refuses its
+    # deleted history) stays, if the id is not used again; 0: until it is (docs/retention.md)
+    audit_retention_ms: int = 7 * 24 * 3600 * 1000
     # checkpoints kept per namespace, compacted as puts go (lua/checkpoint/append.lua); 0: all
     keep_last: int = 0
     # give every appended event its digests (lua/shared/common.lua, docs/audit.md)

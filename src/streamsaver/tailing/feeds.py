@@ -13,6 +13,7 @@ from ..core.config import bounded_int
 from ..core.errors import InvalidInputError
 from ..core.feeds import feed_key
 from ..core.keys import thread_keys
+from ..core.marks import MARK_FIELDS, marked_events
 from ..core.slots import SLOTS, slot_of
 from ..core.stream_ids import is_entry_id
 from ..events import FeedCursor, SkippedEvent, ThreadEvent
@@ -168,9 +169,12 @@ class _Feeds(_Reader):
             if target is None:
                 logs.append(None)
                 continue
-            key = thread_keys(self.prefix, target[0]).log
-            logs.append(key)
-            calls.append(("XRANGE", key, target[1], target[1]))
+            keys = thread_keys(self.prefix, target[0])
+            logs.append(keys.log)
+            calls.append(("XRANGE", keys.log, target[1], target[1]))
+            if fields.get(b"k") == b"thread_deleted":
+                # a deleted thread's log is gone: its mark holds the event (core/marks.py)
+                calls.append(("HMGET", keys.ptr, *MARK_FIELDS))
         replies = iter((yield Batch(tuple(calls), own=True)) if calls else ())
         result: list[tuple[int, str, ThreadEvent | SkippedEvent]] = []
         for (slot, feed_id, fields), log in zip(pointers, logs, strict=True):
@@ -182,6 +186,11 @@ class _Feeds(_Reader):
                 item = self._skipped(slot, feed_id, fields, reason)
             else:
                 found = entries(reply)
+                if fields.get(b"k") == b"thread_deleted":
+                    mark = next(replies)
+                    wanted = _pointer(fields)
+                    if not found and wanted and not isinstance(mark, Exception):
+                        found = [e for e in marked_events(mark) if e[0] == wanted[1]]
                 if not found or found[0][1] is None:
                     reason = "gone: the thread's log no longer has it (deleted or pruned)"
                     item = self._skipped(slot, feed_id, fields, reason)

@@ -6,10 +6,11 @@ from ..core.codec import Codec
 from ..core.config import bounded_int, thread_id_str
 from ..core.errors import InvalidInputError
 from ..core.keys import thread_keys
+from ..core.marks import MARK_FIELDS, marked_events
 from ..core.nodes import SendTargets
 from ..core.stream_ids import is_entry_id
 from ..events import SkippedEvent
-from .decode import _check, _id_key, _in_namespace, decode_event, entries, streams
+from .decode import Entry, _check, _id_key, _in_namespace, decode_event, entries, streams
 from .naming import SEEN, name_batch
 from .steps import DEFAULT_BLOCK_MS, DEFAULT_COUNT, Batch, Block, Deliver, Report, Step, TailFlow
 
@@ -79,7 +80,9 @@ class ThreadTail(_Reader):
     ) -> None:
         super().__init__(codec, on_skip)
         self.thread_id = thread_id_str(thread_id, "thread_id")
-        self.log = thread_keys(prefix, self.thread_id).log
+        keys = thread_keys(prefix, self.thread_id)
+        self.log = keys.log
+        self._mark_read = ("HMGET", keys.ptr, *MARK_FIELDS)
         self.after = _after(after)
         self.follow = bool(follow)
         self.ns = _namespace(checkpoint_ns)
@@ -95,12 +98,27 @@ class ThreadTail(_Reader):
         kept in ``first``."""
         last_read = ("XREVRANGE", self.log, "+", "-", "COUNT", 1)
         if self.follow:
+            # a follow tail of a deleted thread reads its deletion when the id is used again:
+            # the new log starts with it (core/marks.py); tail_all reads it at once
             (reply,) = yield Batch((last_read,))
-        else:
-            reply, head = yield Batch((last_read, ("XRANGE", self.log, "-", "+", "COUNT", 1)))
-            self.first = _first_id(head)
+            last = entries(_check(reply))
+            return last[0][0] if last else "0-0"
+        reply, head, mark = yield Batch(
+            (last_read, ("XRANGE", self.log, "-", "+", "COUNT", 1), self._mark_read)
+        )
+        self.first = _first_id(head)
         last = entries(_check(reply))
-        return last[0][0] if last else "0-0"
+        if not last:
+            # a deleted thread's log is gone: its mark holds the events it is
+            marked = marked_events(_check(mark))
+            return marked[-1][0] if marked else "0-0"
+        return last[0][0]
+
+    def _marked(self, mark: object, after: str, upto: str) -> list[Entry]:
+        """The events of a deleted thread's mark (core/marks.py) after ``after``, up to
+        ``upto``."""
+        low, high = _id_key(after), _id_key(upto)
+        return [(i, f) for i, f in marked_events(_check(mark)) if low < _id_key(i) <= high]
 
     def run(self) -> TailFlow:
         pos = self.after
@@ -130,13 +148,16 @@ class ThreadTail(_Reader):
             else:
                 if _id_key(pos) >= _id_key(end):
                     return
-                reply, head = yield Batch(
+                reply, head, mark = yield Batch(
                     (
                         ("XRANGE", self.log, "(" + pos, end, "COUNT", self.count),
                         ("XRANGE", self.log, "-", "+", "COUNT", 1),
+                        self._mark_read,
                     )
                 )
                 batch = entries(_check(reply))
+                if not _first_id(head):
+                    batch = self._marked(mark, pos, end)
                 if _first_id(head) != self.first:
                     # rewritten (compacted, deleted) since the end was read: the new log's ids
                     # all follow the old one's, so the old end would stop it short, silently.

@@ -154,6 +154,11 @@ local function short_of_memory(need)
   return most ~= nil and most > 0 and used ~= nil and used + need >= most
 end
 
+-- a deleted thread's id used again: its deletion's event, kept in ptr, starts the new log
+-- (checkpoint/projection.lua's restore_deleted())
+if marks[2] and restore_deleted(KEYS[1], KEYS[2], KEYS[3]) then
+  known.z = redis.call('HGET', KEYS[3], 'z')
+end
 local keep, reply, due = tonumber(ARGV[6]), nil, false
 if keep > 0 and f.k == 'checkpoint' then
   -- ZLEXCOUNT and XLEN are O(log n) and O(1), the size was read above: deciding costs no scan

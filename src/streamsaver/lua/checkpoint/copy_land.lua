@@ -18,7 +18,9 @@ local nl, nx, np = KEYS[5], KEYS[6], KEYS[7]
 local budget, at, upto = tonumber(ARGV[4]), ARGV[6], ARGV[7]
 units_begin()
 if ARGV[5] == 'swap' then
-  if redis.call('EXISTS', log) == 1 then
+  -- (or a deleted thread's mark, which the appends put first: checkpoint/projection.lua's
+  -- restore_deleted())
+  if redis.call('EXISTS', log) == 1 or redis.call('HEXISTS', ptr, 'd') == 1 then
     return {'exists'}
   end
   local last = redis.call('XREVRANGE', nl, '+', '-', 'COUNT', 1)[1]

@@ -10,12 +10,36 @@
 --             writes nothing. Returns 0 when the thread has none of the runs' checkpoints, a
 --             refusal, or {'more' or 'checked', last member checked, the log's last id};
 --   ''        check, record and compact, in this call (what a server out of memory needs:
---             checkpoint/compact.lua frees before it appends). Returns the checkpoints deleted.
+--             checkpoint/compact.lua frees before it appends), then shrink. Returns the
+--             checkpoints deleted.
+--   'shrink'  after the slices: a log left with records alone is copied to what they take
+--             (shrink() below). Returns 1 if it was.
 -- Elsewhere the slices of checkpoint/compact_slice.lua drop the checkpoints and append the record, after
 -- the 'check' slices.
 -- ARGV[4]: thread id   ARGV[7..]: run ids
 -- The thread keeps the time to live it had.
 local mode, runs, named = ARGV[3], {}, {}
+
+-- A thread whose every checkpoint went keeps its records alone: a few events, which Redis 7 put
+-- in a stream node allocated at stream-node-max-bytes (4 KB, however little they hold). A copy
+-- of the log allocates what they take (docs/retention.md, "What a deletion leaves"). Returns 1
+-- if it copied, else 0.
+local SHRINK_MOST = 16
+local function shrink()
+  if #redis.call('ZRANGEBYLEX', KEYS[2], '[c', '[c\255', 'LIMIT', 0, 1) > 0 or
+      redis.call('XLEN', KEYS[1]) > SHRINK_MOST then
+    return 0
+  end
+  local copy = KEYS[1] .. ':deleting'
+  redis.call('UNLINK', copy)
+  redis.call('COPY', KEYS[1], copy)
+  redis.call('UNLINK', KEYS[1])
+  redis.call('RENAME', copy, KEYS[1])
+  return 1
+end
+if mode == 'shrink' then
+  return shrink()
+end
 for i = 7, #ARGV do
   named[ARGV[i]] = true
 end
@@ -92,4 +116,5 @@ local f = fields_of(ev)
 apply_delete(KEYS[1], KEYS[2], KEYS[3], '', f, check_delete(f))
 compact(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], 0, {ev})
 expire_thread(KEYS[1], {KEYS[2], KEYS[3]}, 0)
+shrink()
 return #items / 2

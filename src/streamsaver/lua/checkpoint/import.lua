@@ -18,6 +18,11 @@
 -- a copy into a deleted thread's id is a thread of its own (checkpoint/projection.lua's
 -- reuse_deleted())
 local deleted = redis.call('HEXISTS', KEYS[3], 'd') == 1
+-- (its deletion's event, kept in ptr, starts the log: checkpoint/projection.lua's
+-- restore_deleted())
+if deleted then
+  restore_deleted(KEYS[1], KEYS[2], KEYS[3])
+end
 local i, n, budget = 5, 0, tonumber(ARGV[4])
 units_begin()
 while i <= #ARGV and (n == 0 or not over(budget)) do

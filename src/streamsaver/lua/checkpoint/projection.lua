@@ -592,6 +592,44 @@ local function apply(log, ix, ptr, id, f, cache, checked, known)
   return true
 end
 
+-- A deleted thread whose id is not used again keeps no log, only its ptr, the deletion's mark
+-- (checkpoint/delete_thread.lua): 'g' and 'd' as the thread_deleted event's apply sets them,
+-- and the event's other fields: 'Dt' its thread, 'Dn' its count, 'Dl' its last id, 'Dh' its
+-- head ('g' is its upto, 'd' its id). Each a field of its own, short: Redis keeps a hash of
+-- values up to 64 bytes as a listpack, a few hundred bytes smaller than a hash table. 'DP', if
+-- the id was deleted before, holds those deletions' events, msgpack {id, {field, value, ...},
+-- ...}, oldest first. The first write that uses the id again (checkpoint/append.lua,
+-- checkpoint/import.lua) appends them to the new log first, with their ids: the log then holds
+-- what it held when each deletion wrote its event into it, so a rebuild replays 'g' and 'd'
+-- back, and the new history follows them. Returns true if it appended them.
+local MARK = {'d', 'g', 'Dt', 'Dn', 'Dl', 'Dh', 'DP'}
+local function restore_deleted(log, ix, ptr)
+  local m = redis.call('HMGET', ptr, unpack(MARK))
+  if not m[3] or redis.call('EXISTS', log) == 1 then
+    return false
+  end
+  redis.call('HDEL', ptr, 'Dt', 'Dn', 'Dl', 'Dh', 'DP')
+  local events = m[7] and cmsgpack.unpack(m[7]) or {}
+  events[#events + 1] = m[1]
+  events[#events + 1] = {'k', 'thread_deleted', 'sv', tostring(SCHEMA), 'thread', m[3],
+                         'n', m[4], 'last', m[5], 'head', m[6], 'upto', m[2] or ''}
+  for i = 1, #events, 2 do
+    local ev = events[i + 1]
+    local f = fields_of(ev)
+    local id
+    id, f.dg = append_event(log, ev, events[i])
+    apply(log, ix, ptr, id, f)
+  end
+  return true
+end
+
+-- Whether the thread is a deletion's mark alone (checkpoint/delete_thread.lua): no log, a ptr
+-- that says deleted. Rebuilds and verifications leave it as it is: it holds what the deleted
+-- log left, and no log replays it.
+local function only_marked(log, ptr)
+  return redis.call('EXISTS', log) == 0 and redis.call('HEXISTS', ptr, 'd') == 1
+end
+
 -- Replay the log's entries from `start` (an XRANGE start: '-', or '(' .. the last one done)
 -- into ix and ptr through the sink, up to `count` per XRANGE (log_page()), each counted in
 -- out[at] when applied, else in out[at + 1] with "<id> <reason>" appended while out holds

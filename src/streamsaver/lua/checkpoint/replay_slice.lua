@@ -14,6 +14,10 @@
 -- event skipped (at most 100)}.
 local log, ix, ptr, sx, sp, st = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local most, budget = tonumber(ARGV[2]), tonumber(ARGV[3])
+if only_marked(log, ptr) then
+  redis.call('UNLINK', sx, sp, st)
+  return {'done', ARGV[1], 1, 0, 0}
+end
 
 local first_id = first_entry_id(log)
 local start, fresh = '-', 1

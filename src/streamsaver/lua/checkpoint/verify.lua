@@ -5,6 +5,9 @@
 -- The scratch keys are deleted before returning.
 -- Returns {applied, skipped, line, ...}: "ref <event id> <what it references>" per reference
 -- that does not resolve, "<key kind> <what> <member>" per index difference.
+if only_marked(KEYS[1], KEYS[3]) then
+  return {0, 0}
+end
 local counts = replay_into(KEYS[1], KEYS[4], KEYS[5])
 local out = {counts[1], counts[2]}
 

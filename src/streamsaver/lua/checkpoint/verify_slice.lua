@@ -18,6 +18,10 @@
 -- may name a field twice: the caller keeps each line once).
 local log, ix, ptr, sx, sp, st, pend, seen = unpack(KEYS)
 local most, budget = tonumber(ARGV[4]), tonumber(ARGV[5])
+if only_marked(log, ptr) then
+  redis.call('UNLINK', sx, sp, st, pend, seen)
+  return {'done', 1, 0, 0}
+end
 
 local first = redis.call('XRANGE', log, '-', '+', 'COUNT', 1)[1]
 local first_id = first and first[1] or ''

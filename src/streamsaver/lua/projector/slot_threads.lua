@@ -10,7 +10,10 @@ local out = {}
 for i, key in ipairs(KEYS) do
   local alive = nil
   for _, t in ipairs(redis.call('SMEMBERS', key)) do
-    if ARGV[2] == 'members' or redis.call('EXISTS', thread_base(ARGV[1], t) .. 'log') == 1 then
+    local base = thread_base(ARGV[1], t)
+    -- (or a deleted thread's mark, checkpoint/delete_thread.lua: thread_ids(deleted=True))
+    if ARGV[2] == 'members' or redis.call('EXISTS', base .. 'log') == 1 or
+        redis.call('HEXISTS', base .. 'ptr', 'd') == 1 then
       alive = alive or {i}
       alive[#alive + 1] = t
     end

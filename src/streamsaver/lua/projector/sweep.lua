@@ -11,10 +11,13 @@ for _, t in ipairs(redis.call('HKEYS', KEYS[3])) do
     gone, seen[t] = gone + 1, true
   end
 end
--- the slot's thread index (shared/common.lua) keeps expired threads too
+-- the slot's thread index (shared/common.lua) keeps expired threads too; a deleted thread's
+-- mark keeps it there (checkpoint/delete_thread.lua: thread_ids(deleted=True) lists it)
 local index = thread_index(KEYS[1])
 for _, t in ipairs(redis.call('SMEMBERS', index)) do
-  if redis.call('EXISTS', thread_base(ARGV[1], t) .. 'log') == 0 then
+  local base = thread_base(ARGV[1], t)
+  if redis.call('EXISTS', base .. 'log') == 0 and
+      redis.call('HEXISTS', base .. 'ptr', 'd') == 0 then
     redis.call('SREM', index, t)
     if not seen[t] then
       gone = gone + 1
