@@ -29,6 +29,7 @@ from streamsaver import RedisStreamSaver
 from streamsaver.core.keys import thread_keys
 from streamsaver.core.slots import slot_of
 from streamsaver.embedded import EmbeddedCluster, EmbeddedRedis
+from tests.conftest import _embedded_binary
 from tests.test_deletion import history
 from tests.test_saver import generate_config
 
@@ -76,7 +77,8 @@ def full() -> Iterator[tuple[RedisStreamSaver, redis.Redis, float]]:
     """An 8 MB ``noeviction`` server (an empty one with the functions library loaded uses 3.8
     MB) filled with one-checkpoint threads until a put is refused; and what a thread took, on
     average."""
-    with EmbeddedRedis(["--maxmemory", "8mb", "--maxmemory-policy", "noeviction"]) as server:
+    args = ["--maxmemory", "8mb", "--maxmemory-policy", "noeviction"]
+    with EmbeddedRedis(args, binary=_embedded_binary()) as server:
         client = redis.Redis.from_url(server.url)
         saver = RedisStreamSaver(client, prefix="p")
         # every script the test runs, loaded before the server is full
@@ -190,7 +192,7 @@ def _deleted_leave_little(client: redis.Redis | redis.RedisCluster, threads: int
 
 
 def test_a_deleted_thread_leaves_at_most_a_kilobyte() -> None:
-    with EmbeddedRedis() as server:
+    with EmbeddedRedis(binary=_embedded_binary()) as server:
         client = redis.Redis.from_url(server.url)
         _deleted_leave_little(client, 3_000)
         client.close()
