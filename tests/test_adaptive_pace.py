@@ -5,6 +5,7 @@ server and when another client keeps it busy (counted in calls and budgets, neve
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -359,3 +360,28 @@ async def test_the_async_saver_paces_the_same(stoppable_server: EmbeddedServer) 
     ]
     assert not any(isinstance(op, Pause) for op in steps) and "2" in budgets
     await client.aclose()
+
+
+def test_audit_verify_takes_the_slice_options_verify_takes(
+    stoppable_server: EmbeddedServer,
+) -> None:
+    """Given, they reach the saver (a bad one is refused naming it); unset, the pace adapts."""
+    import subprocess
+    import sys
+
+    long_thread(RedisStreamSaver(redis.Redis.from_url(stoppable_server.url), prefix="c"), "t", 20)
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "streamsaver", *args]
+        base = ("--url", stoppable_server.url, "--prefix", "c")
+        return subprocess.run(
+            [*command, *base], capture_output=True, text=True, env=env, timeout=60
+        )
+
+    for verb in (("verify",), ("audit", "verify")):
+        for paced in ((), ("--slice-ms", "0.5", "--slice-pause", "0")):
+            done = cli(*verb, "t", *paced)
+            assert done.returncode == 0, done.stdout + done.stderr
+        bad = cli(*verb, "t", "--slice-ms", "-1")
+        assert bad.returncode == 2 and "slice_ms=-1" in bad.stderr, bad.stdout + bad.stderr
