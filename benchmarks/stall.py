@@ -421,6 +421,9 @@ def main(argv: list[str] | None = None) -> int:
 
         if args.slice_pause is None and args.slice_ms is None:
             idle_checks(tenant, chosen, args.events)
+        else:
+            # given, the pace is fixed, as the saver's options make it (even at the defaults)
+            tenant._ops.pace_adapts = False  # type: ignore[attr-defined, unused-ignore]
         if args.slice_ms is not None:
             tenant._ops.slice_ms = args.slice_ms  # type: ignore[attr-defined, unused-ignore]
         if args.slice_pause is not None:
