@@ -226,6 +226,21 @@ def serve(
             help="a bearer token the console asks for (default: $STREAMSAVER_TOKEN)",
         ),
     ] = None,
+    allow_host: Annotated[
+        list[str] | None,
+        typer.Option(
+            metavar="NAME",
+            help="also answer requests for this host name (repeatable; by default only the "
+            "--host address and, on loopback, localhost)",
+        ),
+    ] = None,
+    open_without_token: Annotated[
+        bool,
+        typer.Option(
+            help="listen beyond loopback without a token: anyone who reaches the port reads "
+            "every thread"
+        ),
+    ] = False,
 ) -> int:
     """Serve the web console: threads, their timelines and live events in a browser."""
     from importlib import import_module
@@ -236,7 +251,15 @@ def serve(
         raise InvalidInputError(
             f"the web console is not installed ({exc}): pip install 'streamsaver[web]'"
         ) from None
-    web.serve(need_url(target or url), host=host, port=port, token=token, prefix=prefix)
+    web.serve(
+        need_url(target or url),
+        host=host,
+        port=port,
+        token=token,
+        prefix=prefix,
+        allow_hosts=allow_host or (),
+        open_without_token=open_without_token,
+    )
     return 0
 
 

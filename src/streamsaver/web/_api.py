@@ -12,7 +12,7 @@ from langchain_core.runnables import RunnableConfig
 from sse_starlette import EventSourceResponse
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
 from ..checkpoint.aio import AsyncRedisStreamSaver
 from ..events import ThreadInfo
@@ -20,7 +20,8 @@ from . import _views
 from ._hub import feed_stream
 from ._params import json_body, parse_int, parse_metadata, parse_status, resume_from
 from ._reads import LATEST, Reads
-from ._sse import feed_after, thread_after, thread_stream
+from ._responses import JSON
+from ._sse import check_resume, feed_after, thread_after, thread_stream
 
 __all__ = ["Api"]
 
@@ -36,7 +37,7 @@ class Api(Reads):
             parse_int(body.get("limit"), "limit", 10, 1000),
             offset=parse_int(body.get("offset"), "offset", 0, 1_000_000),
         )
-        return JSONResponse(rows)
+        return JSON(rows)
 
     async def thread(self, request: Request) -> Response:
         thread_id = request.path_params["thread_id"]
@@ -53,7 +54,7 @@ class Api(Reads):
             else _views.iso(int(newest.id.split("-")[0]))
         )
         if found is None:  # its log holds only what deleted it
-            return JSONResponse(
+            return JSON(
                 {
                     "thread_id": thread_id,
                     "created_at": first,
@@ -71,7 +72,7 @@ class Api(Reads):
             interrupted=bool(state["interrupts"]),
         )
         status = _views.status_of(info, int(time.time() * 1000), self.running_ms)
-        return JSONResponse(
+        return JSON(
             {
                 "thread_id": thread_id,
                 "created_at": first,
@@ -91,7 +92,7 @@ class Api(Reads):
             request.query_params.get("checkpoint_ns", ""),
             request.path_params.get("checkpoint_id"),
         )
-        return JSONResponse(_views.state_view(found, parent))
+        return JSON(_views.state_view(found, parent))
 
     async def history(self, request: Request) -> Response:
         thread_id = request.path_params["thread_id"]
@@ -118,11 +119,12 @@ class Api(Reads):
                 limit=limit,
             )
         ]
-        return JSONResponse(states)
+        return JSON(states)
 
     async def thread_events(self, request: Request) -> Response:
         saver = await self.console.saver()
         after = thread_after(resume_from(request, "$"))
+        await check_resume(saver, request.path_params["thread_id"], after)
         return EventSourceResponse(
             thread_stream(saver, request.path_params["thread_id"], after), ping=10
         )
@@ -146,7 +148,7 @@ class Api(Reads):
         )
 
     async def verify(self, request: Request) -> Response:
-        return JSONResponse(await self._verify(request.path_params["thread_id"]))
+        return JSON(await self._verify(request.path_params["thread_id"]))
 
     async def _verify(self, thread_id: str) -> dict[str, Any]:
         check = await (await self.console.saver()).averify_chain(thread_id)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -13,8 +14,9 @@ from typing import Any
 from starlette.applications import Starlette
 from starlette.convertors import Convertor, register_url_convertor
 from starlette.exceptions import HTTPException
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import FileResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp
@@ -26,6 +28,7 @@ from ._api import Api
 from ._auth import TokenGate
 from ._console import Console
 from ._pages import Pages
+from ._responses import error_response
 
 __all__ = ["TOKEN_ENV", "create_app", "serve"]
 
@@ -57,12 +60,17 @@ def create_app(
     prefix: str = DEFAULT_PREFIX,
     key: bytes | str | None = None,
     running_ms: int = RUNNING_MS,
+    allowed_hosts: Sequence[str] | None = None,
 ) -> Starlette:
     """The console as an ASGI app over a Redis URL or an ``AsyncRedisStreamSaver`` (then its
     client and prefix; ``prefix`` is for a URL). ``token``: every request must carry it
     (``Authorization: Bearer``); ``key``: the AES key of an ``EncryptedSerializer``, to show
     values instead of their ciphertext. ``running_ms``: a thread that wrote within it counts
-    as running. Mount it anywhere: ``Mount("/console", app=create_app(url))``."""
+    as running. ``allowed_hosts``: the Host headers it answers (Starlette's
+    ``TrustedHostMiddleware``; ``*.example.com`` patterns), refusing any other with 400 so a
+    page whose name was re-pointed at this address (DNS rebinding) reads nothing; None
+    answers any, for an app whose own middleware checks. Mount it anywhere:
+    ``Mount("/console", app=create_app(url))``."""
     if not isinstance(saver_or_url, (str, AsyncRedisStreamSaver)):
         raise InvalidInputError(
             f"create_app needs a Redis URL or an AsyncRedisStreamSaver, got "
@@ -89,20 +97,27 @@ def create_app(
     app.state.console = console
     if token is not None:
         app.add_middleware(TokenGate, token=token)
+    if allowed_hosts is not None:
+        # outermost: a foreign Host is refused before the token is even looked at
+        app.add_middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts))
     return app
 
 
 async def _bad_input(request: Request, exc: Exception) -> Response:
-    return JSONResponse({"error": str(exc)}, status_code=400)
+    return error_response(request, 400, str(exc))
 
 
 async def _server_error(request: Request, exc: Exception) -> Response:
-    return JSONResponse({"error": f"{type(exc).__name__}: {exc}"}, status_code=502)
+    return error_response(request, 502, f"{type(exc).__name__}: {exc}")
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
-    return JSONResponse({"error": exc.detail}, status_code=exc.status_code)
+    return error_response(request, exc.status_code, str(exc.detail))
+
+
+async def _favicon(request: Request) -> Response:
+    return FileResponse(STATIC / "favicon.svg", media_type="image/svg+xml")
 
 
 def _table(pages: Pages, api: Api) -> list[Route | Mount]:
@@ -111,6 +126,7 @@ def _table(pages: Pages, api: Api) -> list[Route | Mount]:
         Route("/thread", pages.thread_page),
         Route("/checkpoint", pages.checkpoint_page),
         Route("/live", pages.live_page),
+        Route("/favicon.ico", _favicon),
         Route("/events", api.events),
         Route("/threads/search", api.search, methods=["POST"]),
         Route("/threads/{thread_id:streamsaver_thread}/state/{checkpoint_id}", api.state),
@@ -131,10 +147,15 @@ def serve(
     port: int = 8765,
     token: str | None = None,
     prefix: str = DEFAULT_PREFIX,
+    allow_hosts: Sequence[str] = (),
+    open_without_token: bool = False,
 ) -> None:
     """Run the console with uvicorn until interrupted. ``url``: default ``$REDIS_URL``;
     ``token``: default ``$STREAMSAVER_TOKEN``; the AES key of an ``EncryptedSerializer``, if
-    any, from ``$LANGGRAPH_AES_KEY``."""
+    any, from ``$LANGGRAPH_AES_KEY``. It answers only requests whose Host is the address it
+    listens on, a loopback name, or one of ``allow_hosts`` (DNS rebinding: a page elsewhere
+    whose name now points here must not read the threads). Listening beyond the loopback
+    interface needs a token, or ``open_without_token``."""
     import socket
 
     import uvicorn
@@ -142,11 +163,22 @@ def serve(
     url = url or os.environ.get("REDIS_URL")
     if not url:
         raise InvalidInputError("no Redis to talk to: pass a URL or set $REDIS_URL")
+    token = token or os.environ.get(TOKEN_ENV) or None
+    loopback = host in _LOOPBACK
+    if not loopback and token is None and not open_without_token:
+        raise InvalidInputError(
+            f"--host {host} lets other machines read every thread: set a token (--token or "
+            f"$STREAMSAVER_TOKEN), or pass --open-without-token if this network is yours alone"
+        )
+    named = [*allow_hosts, *(_LOOPBACK if loopback else ())]
+    wildcard = host in ("0.0.0.0", "::")
+    allowed = ["*"] if wildcard and not allow_hosts else [host, *named]
     app: ASGIApp = create_app(
         url,
-        token=token or os.environ.get(TOKEN_ENV) or None,
+        token=token,
         prefix=prefix,
         key=os.environ.get("LANGGRAPH_AES_KEY") or None,
+        allowed_hosts=allowed,
     )
     # both checked before the banner: a console that cannot listen, or whose Redis cannot be
     # reached, would otherwise print where to look and then fail, or answer every page with 500
@@ -159,6 +191,10 @@ def serve(
         server.run(sockets=[listening])
     finally:
         listening.close()
+
+
+# the names a loopback console answers to (a browser sends the one typed, port stripped)
+_LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
 
 
 def _reachable(url: str) -> None:
