@@ -161,3 +161,57 @@ def test_every_documented_command_line_parses() -> None:
         except Exception as exc:  # typer's vendored click: UsageError and its kin
             wrong.append((where, command, f"{type(exc).__name__}: {exc}"))
     assert wrong == []
+
+
+def _block_commands() -> list[tuple[str, list[str]]]:
+    """Each code block's ``streamsaver`` lines, in order, by page: the commands a reader
+    copies (prose names commands; blocks run them), cut at a comment or a pipe."""
+    found = []
+    for path in PAGES:
+        for i, block in enumerate(re.findall(r"```[a-z]*\n(.*?)```", path.read_text(), re.S)):
+            lines = [
+                re.split(r"\s+#\s|\s\|\s", m.group(1))[0].strip()
+                for line in block.splitlines()
+                if (m := re.match(r"^\s*(?:\S*/)?streamsaver (.*)$", line))
+            ]
+            if lines:
+                found.append((f"{path.name}#{i}", lines))
+    return found
+
+
+def test_every_command_of_a_code_block_runs(sync_saver: Any, tmp_path: Path) -> None:
+    """Each block's commands run as written, in order (an export, then its verify), against a
+    fresh server ($REDIS_URL) holding the threads the docs name, each block in a directory of
+    its own. A usage error (exit 2) or a traceback fails; a command that runs until stopped
+    (--follow, serve) is stopped after a few seconds. Exit 1 is a check that failed here (no
+    persistence on the tests' server), 4 an example's host that does not exist, 5 serve's
+    port taken by another program on this machine."""
+    from tests.test_cli import _fill
+
+    _fill(sync_saver, ["my-thread", "quickstart", "demo-1"])
+    url = sync_saver.client.get_connection_kwargs()
+    redis_url = f"redis://{url['host']}:{url['port']}/0"
+    env = {**os.environ, "REDIS_URL": redis_url, "STREAMSAVER_DEV_DIR": str(tmp_path / "dev")}
+    streamsaver = Path(sys.executable).parent / "streamsaver"
+    blocks = _block_commands()
+    assert len([c for _, cs in blocks for c in cs]) > 12
+    wrong = []
+    for where, commands in blocks:
+        cwd = tmp_path / where.replace("#", "_")
+        cwd.mkdir()
+        for command in commands:
+            line = f'"{streamsaver}" {command}'
+            if re.match(r"(threads|history|tail|audit)\b", command):
+                line += f" --prefix {sync_saver.prefix}"  # the threads filled above
+            try:
+                out = subprocess.run(
+                    line, shell=True, capture_output=True, text=True, env=env, cwd=cwd,
+                    timeout=8, stdin=subprocess.DEVNULL,
+                )  # fmt: skip
+            except subprocess.TimeoutExpired:
+                if not re.search(r"--follow|^serve\b", command):
+                    wrong.append((where, command, "did not end"))
+                continue
+            if out.returncode not in (0, 1, 4, 5) or "Traceback" in out.stderr:
+                wrong.append((where, command, f"exit {out.returncode}: {out.stderr[-300:]}"))
+    assert wrong == [], "\n".join(map(repr, wrong))
