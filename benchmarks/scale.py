@@ -17,7 +17,9 @@ every thread deleted. It reports:
   how long it takes to reach 0 after the last write, and ``streamsaver rebuild --all`` (the
   command, default slices);
 - both: ``list(None, filter={"user": ...})`` (one thread in 1,000 matches), the write and
-  delete phases' wall time.
+  delete phases' wall time. Deleting stops after --delete-limit seconds (plainredis'
+  ``delete_thread`` reads its whole registry each time: at 100,000 threads its phase would
+  take hours); the bytes and keys per deleted thread are then of the threads deleted.
 
 Times are medians of --repeat runs (a run over 10 s is not repeated). Compare within one run:
 the last column of each table is streamsaver's figure over plainredis'.
@@ -78,9 +80,10 @@ class PeerRun:
     write_s: float = 0.0
     delete_s: float = 0.0
     live_bytes: int = 0  # used_memory above the baseline, every primary
-    deleted_bytes: int = 0
+    deleted_bytes: int = 0  # what the deleted threads left: above the baseline, less the rest
     live_keys: int = 0
     deleted_keys: int = 0
+    deleted: int = 0  # threads deleted within --delete-limit
     listed: int = 0  # checkpoints list(None, filter=...) returned
     ids: int = 0  # thread_ids() returned
     page: int = 0  # rows of threads()' first page
@@ -88,7 +91,7 @@ class PeerRun:
     lag: Lag | None = None
 
     def per_thread(self, threads: int) -> tuple[float, float]:
-        return self.live_bytes / threads, self.deleted_bytes / threads
+        return self.live_bytes / threads, self.deleted_bytes / max(self.deleted, 1)
 
 
 @dataclass
@@ -212,18 +215,45 @@ class Progress:
 
 
 async def _each(
-    count: int, concurrency: int, job: Callable[[int], Awaitable[None]], progress: Progress
+    count: int,
+    concurrency: int,
+    job: Callable[[int], Awaitable[None]],
+    progress: Progress,
+    limit_s: float | None = None,
 ) -> float:
-    """Run ``job(0..count-1)`` with ``concurrency`` callers; seconds it took."""
+    """Run ``job(0..count-1)`` with ``concurrency`` callers, none started after ``limit_s``;
+    seconds it took (``progress.done`` says how many ran)."""
     numbers = iter(range(count))
+    until = None if limit_s is None else time.monotonic() + limit_s
 
     async def caller() -> None:
         for n in numbers:
             await job(n)
             progress.step()
+            if until is not None and time.monotonic() > until:
+                return
 
     await asyncio.gather(*(caller() for _ in range(min(concurrency, count))))
     return progress.close()
+
+
+async def _delete_all(
+    out: PeerRun,
+    delete: Callable[[int], Awaitable[None]],
+    args: argparse.Namespace,
+    found: Topology,
+    baseline: tuple[int, int],
+    after: Callable[[], None] = lambda: None,
+) -> None:
+    """Delete the threads, for --delete-limit at most, and what the deleted ones left: what
+    the server holds above the baseline less the live threads' share still standing."""
+    progress = Progress(f"{out.name}: threads deleted", args.threads, args.quiet)
+    out.delete_s = await _each(args.threads, args.concurrency, delete, progress, args.delete_limit)
+    out.deleted = progress.done
+    after()
+    standing = (args.threads - out.deleted) / args.threads
+    out.deleted_bytes = round(_settled_memory(found) - baseline[0] - out.live_bytes * standing)
+    out.deleted_keys = round(found.keys() - baseline[1] - out.live_keys * standing)
 
 
 def _timed(run: Callable[[], Any], repeat: int) -> tuple[float, Any]:
@@ -248,6 +278,10 @@ async def _atimed(run: Callable[[], Awaitable[Any]], repeat: int) -> tuple[float
     return statistics.median(times), result
 
 
+def void(_: object) -> None:
+    """Drop a value (a lambda that calls for its effect)."""
+
+
 def _settled_memory(found: Topology) -> int:
     # the server gives back clients' grown buffers in its cron, within a second or two (up to
     # ~1 MB after the functions library was sent): a reading taken sooner counts them
@@ -267,7 +301,8 @@ class _Projecting:
         self.client = found.sync_client()
         self.saver = RedisStreamSaver(self.client, prefix=PREFIX)
         self.lag = Lag()
-        self._process: subprocess.Popen[bytes] | None = None
+        self._process: subprocess.Popen[str] | None = None
+        self._drain = threading.Thread()
         self._sampling = threading.Event()
         self._sampler = threading.Thread(target=self._sample, name="scale-lag")
 
@@ -316,6 +351,9 @@ class _Projecting:
         if self._process is not None:
             self._process.terminate()
             self._process.wait(timeout=60)
+            self._drain.join(timeout=10)
+            if self._process.stderr is not None:
+                self._process.stderr.close()
         self.client.close()
 
 
@@ -373,14 +411,11 @@ async def _streamsaver(found: Topology, args: argparse.Namespace) -> PeerRun:
         out.ops["console_threads"], _ = await _atimed(lambda: _console_page(saver), args.repeat)
         out.ops["rebuild_all"], _ = _timed(lambda: _rebuild_all(found), 1)
 
-        progress = Progress(f"{STREAMSAVER}: threads deleted", args.threads, args.quiet)
-        out.delete_s = await _each(
-            args.threads, args.concurrency, lambda n: saver.adelete_thread(f"t{n}"), progress
-        )
-        # what the projector's periodic sweep does to the registry rows of deleted threads
-        sync.sweep_projections()
-        out.deleted_bytes = _settled_memory(found) - baseline
-        out.deleted_keys = found.keys() - baseline_keys
+        # then what the projector's periodic sweep does to the deleted threads' registry rows
+        await _delete_all(
+            out, lambda n: saver.adelete_thread(f"t{n}"), args, found,
+            (baseline, baseline_keys), lambda: void(sync.sweep_projections()),
+        )  # fmt: skip
     finally:
         await client.aclose()
         sync_client.close()
@@ -430,12 +465,9 @@ async def _plain(found: Topology, args: argparse.Namespace) -> PeerRun:
         listing = lambda: list(sync.list(None, filter=wanted))  # noqa: E731
         out.ops["list_filter"], listed = _timed(listing, args.repeat)
         out.listed = len(listed)
-        progress = Progress(f"{PLAINREDIS}: threads deleted", args.threads, args.quiet)
-        out.delete_s = await _each(
-            args.threads, args.concurrency, lambda n: saver.adelete_thread(f"t{n}"), progress
+        await _delete_all(
+            out, lambda n: saver.adelete_thread(f"t{n}"), args, found, (baseline, baseline_keys)
         )
-        out.deleted_bytes = _settled_memory(found) - baseline
-        out.deleted_keys = found.keys() - baseline_keys
     finally:
         await opened.__aexit__(None, None, None)
     return out
@@ -452,7 +484,13 @@ def run(args: argparse.Namespace) -> Report:
             continue
         with servers(args.cluster, args.node_bytes) as found:
             server, node_bytes = found.server(), _node_bytes(found)
-            peers.append(asyncio.run(measure(found, args)))
+            try:
+                done = asyncio.run(measure(found, args))
+            except Exception as exc:  # a peer that fails is reported, the others still run
+                done = PeerRun(name, absent=f"failed: {type(exc).__name__}: {exc}"[:300])
+            peers.append(done)
+            # a long run's figures survive whatever happens to the peers after this one
+            print(f"{name}: {json.dumps(asdict(done))}", file=sys.stderr, flush=True)
     topology = "3-primary cluster" if args.cluster else "standalone"
     return Report(args.threads, args.turns, topology, server, node_bytes, peers)
 
@@ -500,6 +538,9 @@ def render(report: Report) -> str:
     row("keys left after deleting", get(ours, "deleted_keys"), get(theirs, "deleted_keys"), count)
     row("writing the threads", get(ours, "write_s"), get(theirs, "write_s"), _seconds)
     row("deleting them", get(ours, "delete_s"), get(theirs, "delete_s"), _seconds)
+    if any(p.deleted < n for p in (ours, theirs) if p is not None):
+        row("threads deleted within --delete-limit", get(ours, "deleted"),
+            get(theirs, "deleted"), count)  # fmt: skip
     row("`list(None, filter=...)`", op(ours, "list_filter"), op(theirs, "list_filter"), _seconds)
     for key, label in (
         ("thread_ids", "`thread_ids()`"),
@@ -539,6 +580,14 @@ def _parser() -> argparse.ArgumentParser:
         help="stream-node-max-bytes for the servers (default: the server's, 4096)",
     )
     parser.add_argument("--repeat", type=int, default=3, help="runs of each read (3)")
+    parser.add_argument(
+        "--delete-limit",
+        type=float,
+        default=600.0,
+        metavar="SECONDS",
+        help="stop deleting after this long (600): the bytes per deleted thread are then of "
+        "those deleted",
+    )
     parser.add_argument(
         "--peers",
         type=lambda text: tuple(p.strip() for p in text.split(",") if p.strip()),

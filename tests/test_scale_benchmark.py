@@ -36,6 +36,7 @@ def test_a_tiny_run_reports_every_figure(
     for peer in peers.values():
         assert not peer["absent"], peer["absent"]
         assert peer["live_bytes"] > 0 and peer["live_keys"] > 0
+        assert peer["deleted"] == THREADS
         assert 0 <= peer["deleted_bytes"] < peer["live_bytes"], peer
         assert peer["deleted_keys"] < peer["live_keys"]
         assert peer["write_s"] > 0 and peer["delete_s"] > 0
