@@ -47,7 +47,9 @@ def _vocabulary() -> set[str]:
     """Every word the command line's sources and click's own strings hold, lower-cased: a word
     of the help that is not one was split by a wrap (``proj ector``)."""
     text = OWN + "".join(p.read_text(encoding="utf-8") for p in CLI.glob("*.py"))
-    return {w.lower() for w in WORD.findall(text)}
+    words = {w.lower() for w in WORD.findall(text)}
+    # an option's name is its parameter's, hyphenated: --allow-host from allow_host
+    return words | {part for w in words for part in w.split("_")}
 
 
 VOCABULARY = _vocabulary()

@@ -5,15 +5,13 @@ in LangGraph and langchain_core (~1 s), which ``streamsaver --version``, ``--hel
 errors alone do not need.
 """
 
-from __future__ import annotations
-
-import importlib
-from typing import TYPE_CHECKING, Any
+import importlib as _importlib
+import typing as _typing
 
 from .core import errors
 from .core.errors import *  # noqa: F403
 
-if TYPE_CHECKING:
+if _typing.TYPE_CHECKING:
     from .checkpoint.aio import AsyncRedisStreamSaver
     from .checkpoint.base import DEFAULT_MAX_PAYLOAD_BYTES
     from .checkpoint.saver import RedisStreamSaver
@@ -53,11 +51,12 @@ __all__ = [
 __all__ += errors.__all__
 
 
-def __getattr__(name: str) -> Any:
+# every name this module holds is public (__all__) or starts with "_": no helper leaks
+def __getattr__(name: str) -> object:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'streamsaver' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
+    value = getattr(_importlib.import_module(module, __name__), name)
     globals()[name] = value  # later lookups skip this function
     return value
 
