@@ -84,6 +84,7 @@ class PeerRun:
     live_keys: int = 0
     deleted_keys: int = 0
     deleted: int = 0  # threads deleted within --delete-limit
+    delete_error: str = ""  # what stopped the deletion early, if anything did
     listed: int = 0  # checkpoints list(None, filter=...) returned
     ids: int = 0  # thread_ids() returned
     page: int = 0  # rows of threads()' first page
@@ -248,7 +249,13 @@ async def _delete_all(
     """Delete the threads, for --delete-limit at most, and what the deleted ones left: what
     the server holds above the baseline less the live threads' share still standing."""
     progress = Progress(f"{out.name}: threads deleted", args.threads, args.quiet)
-    out.delete_s = await _each(args.threads, args.concurrency, delete, progress, args.delete_limit)
+    try:
+        out.delete_s = await _each(
+            args.threads, args.concurrency, delete, progress, args.delete_limit
+        )
+    except redis.RedisError as exc:  # what was written and deleted so far is still measured
+        out.delete_s = progress.close()
+        out.delete_error = f"{type(exc).__name__}: {exc}"[:300]
     out.deleted = progress.done
     after()
     standing = (args.threads - out.deleted) / args.threads
@@ -560,11 +567,16 @@ def render(report: Report) -> str:
     for peer in report.peers:
         if peer.absent:
             lines.append(f"\n{peer.name}: ABSENT ({peer.absent})")
+        elif peer.delete_error:
+            lines.append(f"\n{peer.name}: deleting stopped after {peer.deleted:,} threads: "
+                         f"{peer.delete_error}")  # fmt: skip
     return "\n".join(lines)
 
 
 def _per(peer: PeerRun | None, threads: int, which: int) -> float | None:
-    return None if peer is None else peer.per_thread(threads)[which]
+    if peer is None or (which and not peer.deleted):
+        return None
+    return peer.per_thread(threads)[which]
 
 
 def _parser() -> argparse.ArgumentParser:
