@@ -92,8 +92,9 @@ SAVER_COMMANDS: tuple[str, ...] = (
     # what the write scripts call
     "xtrim", "hsetnx", "pexpireat", "sadd",
     # sliced rebuilds and compactions swap their scratch keys in, as seeds do (a compacted
-    # log's ids go on after the live one's: XSETID); deletions free in the background
-    "xsetid",
+    # log's ids go on after the live one's: XSETID); deletions free in the background; a log
+    # delete_for_runs leaves with only its records is copied down to their size (COPY)
+    "xsetid", "copy",
     # the Store's vector index: whether a bucket keeps its documents (lua/store/store.lua's mft)
     "get", "set",
 )  # fmt: skip
