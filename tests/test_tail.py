@@ -905,8 +905,8 @@ def test_the_tail_command_prints_a_line_per_event_and_how_to_resume(
     lines = out.stdout.splitlines()
     assert len(lines) == 4
     assert re.fullmatch(rf"{time} checkpoint ns='' step=0 loop n", lines[0]), lines[0]
-    # writes: the step their task ran in, the node from the task path, the channels written
-    assert re.fullmatch(rf"{time} writes     ns='' step=1 node n,log", lines[1]), lines[1]
+    # writes: their checkpoint's step, the node from the task path, the channels written
+    assert re.fullmatch(rf"{time} writes     ns='' step=0 node n,log", lines[1]), lines[1]
     last = log_ids(sync_saver.client, sync_saver.prefix, "a")[-1]  # type: ignore[arg-type]
     assert f"resume with --from {last}" in out.stderr
 

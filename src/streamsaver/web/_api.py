@@ -44,7 +44,21 @@ class Api(Reads):
         saver = await self.console.saver()
         latest = (await saver.alatest_events([thread_id], count=LATEST))[thread_id]
         if not latest:
-            raise HTTPException(404, f"no thread {thread_id!r}")
+            # a deleted thread holds no log, only its deletion's mark
+            deleted = await saver.adeletions(thread_id)
+            if not deleted:
+                raise HTTPException(404, f"no thread {thread_id!r}")
+            return JSON(
+                {
+                    "thread_id": thread_id,
+                    "created_at": None,
+                    "updated_at": deleted[-1].timestamp.isoformat(),
+                    "metadata": {},
+                    "status": "deleted",
+                    "values": None,
+                    "interrupts": {},
+                }
+            )
         found = await saver.aget_tuple(RunnableConfig(configurable={"thread_id": thread_id}))
         first = await _first_event_time(saver, thread_id)
         newest = latest[0]
