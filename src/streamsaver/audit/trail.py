@@ -24,7 +24,7 @@ from ..core.flow import Call, Each, Entry, Flow, Items, Pace, consume, expand_it
 from ..core.keys import ThreadKeys
 from ..core.nodes import SendTargets
 from ..core.pages import REWRITE_RESTARTS, LogPages
-from ..core.stream_ids import is_entry_id
+from ..core.stream_ids import id_key, is_entry_id
 from ..events import SkippedEvent, ThreadDeletion, ThreadEvent
 from ..tailing.decode import decode_event, entries
 from ..tailing.naming import name_batch
@@ -125,7 +125,7 @@ def page(
         return found, pages.first or ""
 
     newest_first, first = yield from _once(thread_id, read)
-    if before is not None and first and _id_key(before) < _id_key(first):
+    if before is not None and first and id_key(before) < id_key(first):
         # ``before`` is an id of a log that is gone: every id of the one now holding the
         # thread sorts after it, so its "older" events would read as none
         raise LogRewrittenError(
@@ -239,8 +239,3 @@ def export(ops: LogSource, writer: ExportWriter, thread_ids: Iterable[str]) -> F
             spool.seek(0)
             shutil.copyfileobj(spool, out)
     return writer.events
-
-
-def _id_key(entry_id: str) -> tuple[int, int]:
-    ms, _, seq = entry_id.partition("-")
-    return int(ms), int(seq or 0)

@@ -106,34 +106,22 @@ def _number(value: object) -> float | None:
     return None
 
 
-def _check_ttl(ttl_seconds: object) -> float | None:
-    if ttl_seconds is None:
+def _check_seconds(name: str, value: object, means: str) -> float | None:
+    """``value`` seconds, None, or a typed error: the scripts compute expiry times in Lua's
+    doubles, exact only below 2^53 ms (MAX_TTL_MS)."""
+    if value is None:
         return None
-    seconds = _number(ttl_seconds)
+    seconds = _number(value)
     if seconds is None or not 0.001 <= seconds <= MAX_TTL_MS / 1000:
         raise InvalidInputError(
-            f"ttl_seconds={ttl_seconds!r}: give a number of seconds >= 0.001 and <= "
-            f"{MAX_TTL_MS // 1000} (about 31,700 years) after which a thread without writes "
-            f"expires, or None to keep threads until deleted"
+            f"{name}={value!r}: give a number of seconds >= 0.001 and <= "
+            f"{MAX_TTL_MS // 1000} {means}"
         )
     return seconds
 
 
 # the audit retention's default (docs/retention.md, "What a deletion leaves")
 DEFAULT_AUDIT_RETENTION_S = 7 * 24 * 3600
-
-
-def _check_retention(seconds: object) -> float | None:
-    if seconds is None:
-        return None
-    value = _number(seconds)
-    if value is None or not 0.001 <= value <= MAX_TTL_MS / 1000:
-        raise InvalidInputError(
-            f"audit_retention_seconds={seconds!r}: give a number of seconds >= 0.001 and <= "
-            f"{MAX_TTL_MS // 1000} for which a deleted thread's record stays, or None to keep "
-            f"it until the thread id is used again"
-        )
-    return value
 
 
 # a long operation that rests more than this many times as long as it works never finishes in
@@ -228,8 +216,18 @@ class StreamSaverBase(BaseCheckpointSaver[str], Generic[ClientT]):
         self.allow_eviction = allow_eviction
         # see Codec.reuse_items and docs/reuse.md
         self.reuse_items = reuse_items
-        self.ttl_seconds = _check_ttl(ttl_seconds)
-        self.audit_retention_seconds = _check_retention(audit_retention_seconds)
+        self.ttl_seconds = _check_seconds(
+            "ttl_seconds",
+            ttl_seconds,
+            "(about 31,700 years) after which a thread without writes expires, or None to keep "
+            "threads until deleted",
+        )
+        self.audit_retention_seconds = _check_seconds(
+            "audit_retention_seconds",
+            audit_retention_seconds,
+            "for which a deleted thread's record stays, or None to keep it until the thread id "
+            "is used again",
+        )
         if keep_last is not None:
             bounded_int(
                 keep_last,

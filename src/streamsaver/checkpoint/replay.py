@@ -19,6 +19,7 @@ from ..core.pages import LogPages
 from ..core.replies import as_text
 from ..core.slicing import Replay, round_width
 from ..core.slots import slot_of
+from ..core.stream_ids import id_key
 from .state import SLICE_RESTARTS, State
 
 __all__ = ["Replaying"]
@@ -213,7 +214,7 @@ class Replaying(State):
                 fields = {_b(k): _b(v) for k, v in raw.items()}
                 if fields.get(b"thread", b"") == thread and _record(fields) not in seen:
                     found[as_text(entry_id)] = (as_text(entry_id), list(fields.items()))
-        for entry_id in sorted(found, key=_id_key):
+        for entry_id in sorted(found, key=id_key):
             yield Emit(found[entry_id])
 
 
@@ -228,11 +229,6 @@ def _fields(raw: object) -> dict[bytes, bytes]:
 def _record(fields: dict[bytes, bytes]) -> tuple[bytes, bytes, bytes]:
     """What one deletion's records have in common wherever they are kept."""
     return fields.get(b"n", b""), fields.get(b"last", b""), fields.get(b"head", b"")
-
-
-def _id_key(entry_id: str) -> tuple[int, int]:
-    ms, _, seq = entry_id.partition("-")
-    return int(ms), int(seq or 0)
 
 
 def _b(value: bytes | str) -> bytes:

@@ -97,6 +97,11 @@ def verbatim(text: str) -> str:
     return "\n\n".join("\b\n" + p for p in text.strip("\n").split("\n\n"))
 
 
+def _bare(pieces: list[str]) -> list[str]:
+    """A usage line's pieces with typer's braces around required arguments taken off."""
+    return [re.sub(r"^\{(.*)\}", r"\1", piece) for piece in pieces]
+
+
 # a value's placeholder as typer shows it: its Python type (<str>), or its choices (<a|b>)
 _TYPE_LABEL = re.compile(r" <([^<>]*)>$")
 
@@ -109,7 +114,7 @@ class Command(TyperCommand):
     (``pip install 'streamsaver[web]'``)."""
 
     def collect_usage_pieces(self, ctx: click.Context) -> list[str]:
-        return [re.sub(r"^\{(.*)\}", r"\1", piece) for piece in super().collect_usage_pieces(ctx)]
+        return _bare(super().collect_usage_pieces(ctx))
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         given = list(args)  # the parser consumes the list it is given
@@ -152,7 +157,7 @@ class Group(TyperGroup):
     """A command group whose usage line shows its arguments as ``Command`` does."""
 
     def collect_usage_pieces(self, ctx: click.Context) -> list[str]:
-        return [re.sub(r"^\{(.*)\}", r"\1", piece) for piece in super().collect_usage_pieces(ctx)]
+        return _bare(super().collect_usage_pieces(ctx))
 
 
 def group(name: str, help: str, **options: Any) -> typer.Typer:

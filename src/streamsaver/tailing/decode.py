@@ -16,11 +16,6 @@ from ..events import DeletedHistory, Pruned, SkippedEvent, ThreadEvent
 _KINDS = ("checkpoint", "writes", "delete", "pruned", "thread_deleted")
 
 
-def _id_key(entry_id: str) -> tuple[int, int]:
-    ms, _, seq = entry_id.partition("-")
-    return int(ms), int(seq or 0)
-
-
 def _fields(raw: Any) -> dict[bytes, bytes] | None:
     """An entry's fields from a parsed (dict) or raw (flat list) reply; None if deleted. The
     saver refuses ``decode_responses=True``, so names and values are bytes as they come."""

@@ -15,12 +15,11 @@ from ..core.feeds import feed_key
 from ..core.keys import thread_keys
 from ..core.marks import MARK_FIELDS, marked_events
 from ..core.slots import SLOTS, slot_of
-from ..core.stream_ids import is_entry_id
+from ..core.stream_ids import id_key, is_entry_id
 from ..events import FeedCursor, SkippedEvent, ThreadEvent
 from .decode import (
     Entry,
     _check,
-    _id_key,
     _in_namespace,
     _pointer,
     _shown,
@@ -320,7 +319,7 @@ class FeedTail(_Feeds):
         replies = yield Batch(tuple(("XRANGE", self.feed(s), "-", "+", "COUNT", 1) for s in slots))
         for slot, reply in zip(slots, replies, strict=True):
             first = entries(_check(reply))
-            if first and _id_key(first[0][0]) > _id_key(self.positions[slot]):
+            if first and id_key(first[0][0]) > id_key(self.positions[slot]):
                 self.report(
                     SkippedEvent(
                         stream=self.feed(slot),
@@ -334,7 +333,7 @@ class FeedTail(_Feeds):
 
     def _catch_up(self) -> TailFlow:
         ends = yield from self._lasts(self.known)
-        pending = [s for s in self.known if _id_key(self.positions[s]) < _id_key(ends[s])]
+        pending = [s for s in self.known if id_key(self.positions[s]) < id_key(ends[s])]
         while pending:
             replies = yield Batch(
                 tuple(
@@ -347,7 +346,7 @@ class FeedTail(_Feeds):
             for slot, batch in got:
                 if not batch:
                     self.positions[slot] = ends[slot]
-            pending = [s for s in pending if _id_key(self.positions[s]) < _id_key(ends[s])]
+            pending = [s for s in pending if id_key(self.positions[s]) < id_key(ends[s])]
 
     def _hand_over(self, got: Sequence[tuple[int, list[Entry]]]) -> TailFlow:
         # every feed's pointers of one read are resolved in one round trip: a round trip per

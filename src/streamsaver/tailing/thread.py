@@ -8,9 +8,9 @@ from ..core.errors import InvalidInputError
 from ..core.keys import thread_keys
 from ..core.marks import MARK_FIELDS, marked_events
 from ..core.nodes import SendTargets
-from ..core.stream_ids import is_entry_id
+from ..core.stream_ids import id_key, is_entry_id
 from ..events import SkippedEvent
-from .decode import Entry, _check, _id_key, _in_namespace, decode_event, entries, streams
+from .decode import Entry, _check, _in_namespace, decode_event, entries, streams
 from .naming import SEEN, name_batch
 from .steps import DEFAULT_BLOCK_MS, DEFAULT_COUNT, Batch, Block, Deliver, Report, Step, TailFlow
 
@@ -117,8 +117,8 @@ class ThreadTail(_Reader):
     def _marked(self, mark: object, after: str, upto: str) -> list[Entry]:
         """The events of a deleted thread's mark (core/marks.py) after ``after``, up to
         ``upto``."""
-        low, high = _id_key(after), _id_key(upto)
-        return [(i, f) for i, f in marked_events(_check(mark)) if low < _id_key(i) <= high]
+        low, high = id_key(after), id_key(upto)
+        return [(i, f) for i, f in marked_events(_check(mark)) if low < id_key(i) <= high]
 
     def run(self) -> TailFlow:
         pos = self.after
@@ -146,7 +146,7 @@ class ThreadTail(_Reader):
                 )
                 batch = [e for key, es in streams(_check(reply)) if key == self.log for e in es]
             else:
-                if _id_key(pos) >= _id_key(end):
+                if id_key(pos) >= id_key(end):
                     return
                 reply, head, mark = yield Batch(
                     (

@@ -22,8 +22,8 @@ from ..audit.steps import StepMemory
 from ..checkpoint.aio import AsyncRedisStreamSaver
 from ..core.keys import thread_keys
 from ..core.slots import slot_of
+from ..core.stream_ids import id_key
 from ..events import FeedCursor
-from ..tailing.decode import _id_key
 from ._views import event_view
 
 
@@ -151,7 +151,7 @@ async def feed_stream(
             while True:
                 for entry in await hub.after(seq):
                     seq = entry.seq + 1
-                    if _id_key(entry.feed_id) <= _id_key(positions.get(entry.slot, "0-0")):
+                    if id_key(entry.feed_id) <= id_key(positions.get(entry.slot, "0-0")):
                         continue  # the catch-up sent it
                     positions[entry.slot] = entry.feed_id
                     yield _message(entry.data, entry.kind, positions)

@@ -16,7 +16,7 @@ from ..core.config import make_config
 from ..core.errors import InvalidInputError
 from ..core.keys import thread_keys
 from ..core.replies import as_text
-from ..core.stream_ids import ENTRY_ID
+from ..core.stream_ids import ENTRY_ID, id_key
 from ..events import FeedCursor, ThreadEvent
 from ._views import event_view
 
@@ -54,11 +54,6 @@ def _message(event: ThreadEvent, event_id: str, step: int | None) -> dict[str, A
     return {"id": event_id, "event": event.kind, "data": data}
 
 
-def _id(entry_id: str) -> tuple[int, int]:
-    ms, _, seq = entry_id.partition("-")
-    return int(ms), int(seq or 0)
-
-
 async def check_resume(saver: AsyncRedisStreamSaver, thread_id: str, after: str) -> None:
     """An event id past the thread's last event is not a place to resume from (a client of
     another thread or server, or a log deleted since): a typed error, 400, rather than a
@@ -68,7 +63,7 @@ async def check_resume(saver: AsyncRedisStreamSaver, thread_id: str, after: str)
     log = thread_keys(saver.prefix, thread_id).log
     last = await saver.client.xrevrange(log, "+", "-", count=1)
     newest = as_text(last[0][0]) if last else "0-0"
-    if _id(after) > _id(newest):
+    if id_key(after) > id_key(newest):
         raise InvalidInputError(
             f"after / Last-Event-ID {after!r} is past thread {thread_id!r}'s last event "
             f"({newest}): reload the page, or resume from an id this server sent"
